@@ -1,0 +1,66 @@
+//! The planner's error: the SPEC §2 codes, one to one with the WIT `error-code`.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidArgument,
+    Unauthenticated,
+    PermissionDenied,
+    NotFound,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidState,
+    ConfigDrift,
+    PayloadTooLarge,
+    ResourceExhausted,
+    Unsupported,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The wire name, e.g. `INVALID_ARGUMENT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::PermissionDenied => "PERMISSION_DENIED",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::AlreadyExists => "ALREADY_EXISTS",
+            ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
+            ErrorCode::InvalidState => "INVALID_STATE",
+            ErrorCode::ConfigDrift => "CONFIG_DRIFT",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            ErrorCode::Unsupported => "UNSUPPORTED",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// An API error as the planner reports it. `details` is a JSON object or absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error { code, message: message.into(), details: None }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Error {
+        self.details = Some(details);
+        self
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}

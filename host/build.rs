@@ -1,0 +1,76 @@
+//! Builds the planner component: `guest/` for `wasm32-unknown-unknown`, encoded with
+//! wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const TARGET: &str = "wasm32-unknown-unknown";
+
+fn main() -> Result<()> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+
+    for watched in ["guest/src", "guest/Cargo.toml", "wit", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    }
+
+    ensure_wasm_target()?;
+    let module = build_guest(&workspace, &out_dir)?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?)?
+        .validate(true)
+        .encode()
+        .context("encoding the planner component")?;
+    std::fs::write(out_dir.join("fleet_planner.wasm"), component)?;
+    Ok(())
+}
+
+/// Adds the wasm target when the toolchain lacks it: fresh machines do, and with
+/// `RUSTUP_AUTO_INSTALL=0` the `targets` of `rust-toolchain.toml` are not installed alone.
+fn ensure_wasm_target() -> Result<()> {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output()?;
+    let sysroot = PathBuf::from(String::from_utf8(sysroot.stdout)?.trim());
+    if sysroot.join("lib/rustlib").join(TARGET).exists() {
+        return Ok(());
+    }
+    println!("cargo:warning=adding the {TARGET} target with rustup");
+    let mut rustup = Command::new("rustup");
+    rustup.args(["target", "add", TARGET]);
+    if let Ok(toolchain) = env::var("RUSTUP_TOOLCHAIN") {
+        rustup.args(["--toolchain", &toolchain]);
+    }
+    let status = rustup.status().context("running rustup to add the wasm target")?;
+    if !status.success() {
+        bail!("`rustup target add {TARGET}` failed; install the target and build again");
+    }
+    Ok(())
+}
+
+/// Runs a nested cargo for the guest. It needs its own target dir (the outer build holds
+/// the lock of ours) and none of the outer build's flags or wrappers.
+fn build_guest(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let target_dir = out_dir.join("guest-target");
+    let status = Command::new(cargo)
+        .current_dir(workspace)
+        .args(["build", "--release", "--locked", "-p", "fleet-guest", "--target", TARGET])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .status()
+        .context("running cargo for the guest")?;
+    if !status.success() {
+        bail!("building the guest for {TARGET} failed");
+    }
+    Ok(target_dir.join(TARGET).join("release/fleet_guest.wasm"))
+}
