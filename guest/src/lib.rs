@@ -8,6 +8,7 @@ pub mod error;
 pub mod state;
 
 #[cfg(target_arch = "wasm32")]
+#[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
 mod component;
 
 pub use error::{Error, ErrorCode};
@@ -33,11 +34,8 @@ pub trait Host {
 pub fn export(host: &dyn Host, request: &str) -> Result<String, Error> {
     let _ = request;
     let snapshot = Snapshot::read(host);
-    let missing: Vec<&str> = Kind::ALL
-        .iter()
-        .filter(|kind| !snapshot.modules.contains(kind))
-        .map(|kind| kind.section())
-        .collect();
+    let missing: Vec<&str> =
+        Kind::ALL.iter().filter(|kind| !snapshot.modules.contains(kind)).map(|kind| kind.section()).collect();
     Ok(serde_json::json!({"document": {}, "missing": missing}).to_string())
 }
 

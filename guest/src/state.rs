@@ -250,9 +250,6 @@ impl Host for Snapshot {
         self.bindings.clone()
     }
     fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
-        Err(Error::new(
-            ErrorCode::Unsupported,
-            format!("this host cannot run {method}: it has no composite methods"),
-        ))
+        Err(Error::new(ErrorCode::Unsupported, format!("this host cannot run {method}: it has no composite methods")))
     }
 }

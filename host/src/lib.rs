@@ -1,0 +1,60 @@
+//! The fleet host: HTTP API, SQLite state, the method registry, and the sandbox that
+//! runs the planner component. `main.rs` only parses flags and calls in here.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod db;
+pub mod demo;
+pub mod events;
+pub mod fleet;
+pub mod input;
+pub mod modules;
+pub mod reconciler;
+pub mod registry;
+pub mod sandbox;
+pub mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use app::{App, Config};
+
+/// Serves `app` on `listener` with the drift reconciler running beside it, until
+/// `shutdown` resolves; then both stop and open connections finish.
+pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    let reconciler = tokio::spawn(reconciler::run(app.clone(), async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|stop| *stop).await;
+    }));
+    let served = server::run(app, listener, shutdown).await;
+    let _ = stop.send(true);
+    let _ = reconciler.await;
+    served
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

@@ -1,0 +1,184 @@
+//! The one API error type and the wire error envelope of SPEC §2.
+
+use hyper::StatusCode;
+use serde_json::{Value, json};
+
+/// The SPEC §2 error codes. The guest's codes map one to one onto these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    InvalidArgument,
+    Unauthenticated,
+    PermissionDenied,
+    NotFound,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidState,
+    ConfigDrift,
+    PayloadTooLarge,
+    ResourceExhausted,
+    Unsupported,
+    Internal,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::InvalidState => "INVALID_STATE",
+            Code::ConfigDrift => "CONFIG_DRIFT",
+            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::Unsupported => "UNSUPPORTED",
+            Code::Internal => "INTERNAL",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::AlreadyExists | Code::FailedPrecondition | Code::InvalidState | Code::ConfigDrift => {
+                StatusCode::CONFLICT
+            }
+            Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub(crate) fn from_guest(code: fleet_guest::ErrorCode) -> Code {
+        use fleet_guest::ErrorCode as G;
+        match code {
+            G::InvalidArgument => Code::InvalidArgument,
+            G::Unauthenticated => Code::Unauthenticated,
+            G::PermissionDenied => Code::PermissionDenied,
+            G::NotFound => Code::NotFound,
+            G::AlreadyExists => Code::AlreadyExists,
+            G::FailedPrecondition => Code::FailedPrecondition,
+            G::InvalidState => Code::InvalidState,
+            G::ConfigDrift => Code::ConfigDrift,
+            G::PayloadTooLarge => Code::PayloadTooLarge,
+            G::ResourceExhausted => Code::ResourceExhausted,
+            G::Unsupported => Code::Unsupported,
+            G::Internal => Code::Internal,
+        }
+    }
+
+    pub(crate) fn into_guest(self) -> fleet_guest::ErrorCode {
+        use fleet_guest::ErrorCode as G;
+        match self {
+            Code::InvalidArgument => G::InvalidArgument,
+            Code::Unauthenticated => G::Unauthenticated,
+            Code::PermissionDenied => G::PermissionDenied,
+            Code::NotFound => G::NotFound,
+            Code::AlreadyExists => G::AlreadyExists,
+            Code::FailedPrecondition => G::FailedPrecondition,
+            Code::InvalidState => G::InvalidState,
+            Code::ConfigDrift => G::ConfigDrift,
+            Code::PayloadTooLarge => G::PayloadTooLarge,
+            Code::ResourceExhausted => G::ResourceExhausted,
+            Code::Unsupported => G::Unsupported,
+            Code::Internal => G::Internal,
+        }
+    }
+}
+
+/// An error as the client sees it. Internal causes are logged where they happen and
+/// never put into `message`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+/// One problem of an invalid request, with the JSON pointer of the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> ApiError {
+        ApiError { code, message: message.into(), details: None }
+    }
+
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn invalid(problems: Vec<Problem>) -> ApiError {
+        let message = match problems.as_slice() {
+            [only] if only.path.is_empty() => only.message.clone(),
+            [only] => format!("{}: {}", only.path, only.message),
+            many => format!("the request has {} problems", many.len()),
+        };
+        ApiError::new(Code::InvalidArgument, message).with_details(json!({ "problems": problems }))
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(Code::NotFound, message)
+    }
+
+    pub fn failed_precondition(message: impl Into<String>) -> ApiError {
+        ApiError::new(Code::FailedPrecondition, message)
+    }
+
+    /// A bug or an unexpected fault. The cause is logged here; the client sees only a
+    /// generic sentence.
+    pub fn internal(cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!(%cause, "internal error");
+        ApiError::new(Code::Internal, "internal error; the server log has the cause")
+    }
+
+    /// The response body `{"error": {...}}`.
+    pub fn body(&self) -> Value {
+        let mut error = json!({ "code": self.code.as_str(), "message": self.message });
+        if let Some(details) = &self.details {
+            error["details"] = details.clone();
+        }
+        json!({ "error": error })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<rusqlite::Error> for ApiError {
+    fn from(error: rusqlite::Error) -> ApiError {
+        ApiError::internal(format_args!("sqlite: {error}"))
+    }
+}
+
+impl From<r2d2::Error> for ApiError {
+    fn from(error: r2d2::Error) -> ApiError {
+        ApiError::internal(format_args!("database pool: {error}"))
+    }
+}
+
+impl From<fleet_guest::Error> for ApiError {
+    fn from(error: fleet_guest::Error) -> ApiError {
+        ApiError { code: Code::from_guest(error.code), message: error.message, details: error.details }
+    }
+}
+
+impl From<ApiError> for fleet_guest::Error {
+    fn from(error: ApiError) -> fleet_guest::Error {
+        fleet_guest::Error { code: error.code.into_guest(), message: error.message, details: error.details }
+    }
+}

@@ -1,0 +1,68 @@
+//! The application: configuration, database, registry and sandbox, shared by every
+//! request and background task.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet_guest::Kind;
+use tokio::sync::broadcast;
+
+use crate::db::{self, Pool};
+use crate::registry::Registry;
+use crate::sandbox::{self, Budget, Sandbox};
+use crate::{events, fleet, modules};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub db_path: PathBuf,
+    /// The kinds whose modules this deployment runs.
+    pub modules: BTreeSet<Kind>,
+    pub drift_interval: Duration,
+    /// An edge deployment: reads only; apply and every other mutation answer UNSUPPORTED.
+    pub read_only: bool,
+    pub body_limit: usize,
+    pub budget: Budget,
+}
+
+impl Config {
+    pub fn new(db_path: PathBuf) -> Config {
+        Config {
+            db_path,
+            modules: Kind::ALL.into_iter().collect(),
+            drift_interval: Duration::from_secs(15 * 60),
+            read_only: false,
+            body_limit: 16 << 20,
+            budget: Budget::default(),
+        }
+    }
+}
+
+pub struct App {
+    pub config: Config,
+    pub db: Pool,
+    pub registry: Registry,
+    pub sandbox: Sandbox,
+    /// Wakes event streams when events were committed.
+    pub events: broadcast::Sender<()>,
+}
+
+impl App {
+    pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
+        let db = db::open(&config.db_path)?;
+        let sandbox = Sandbox::new(sandbox::PLANNER, config.budget)?;
+        let mut registry = Registry::default();
+        for module in modules::ALL.into_iter().filter(|module| config.modules.contains(&module.kind)) {
+            module.register(&mut registry);
+        }
+        fleet::register(&mut registry);
+        events::register(&mut registry);
+        let (events, _) = broadcast::channel(64);
+        Ok(Arc::new(App { config, db, registry, sandbox, events }))
+    }
+
+    pub fn runs(&self, kind: Kind) -> bool {
+        self.config.modules.contains(&kind)
+    }
+}

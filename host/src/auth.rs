@@ -1,0 +1,186 @@
+//! Bearer tokens, grants and the authorization decision of SPEC §3.
+//!
+//! Tokens are random, shown once, and stored only as SHA-256 hashes. A grant is
+//! `PERMISSION @ SCOPE`; any segment may be `*`.
+
+use rand::RngCore;
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+use crate::api::{ApiError, Code};
+use crate::input::is_name;
+use crate::registry::Method;
+
+/// Who is calling: one tenant, one principal, and what they may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub tenant: String,
+    pub principal: String,
+    pub grants: Vec<Grant>,
+}
+
+/// `PERMISSION @ SCOPE`, e.g. `compute:fleet:admin @ compute-fleet`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    permission: [String; 3],
+    scope: String,
+}
+
+impl Grant {
+    pub fn parse(text: &str) -> Result<Grant, String> {
+        let (permission, scope) =
+            text.split_once('@').ok_or_else(|| format!("grant {text:?} is not PERMISSION@SCOPE"))?;
+        let segments: Vec<&str> = permission.trim().split(':').collect();
+        let [service, module, action] = segments.as_slice() else {
+            return Err(format!("permission {:?} must have three ':'-separated segments", permission.trim()));
+        };
+        let scope = scope.trim();
+        for part in [*service, *module, *action, scope] {
+            if part != "*" && !is_name(part) {
+                return Err(format!("{part:?} in grant {text:?} is neither a name nor *"));
+            }
+        }
+        Ok(Grant { permission: [service.to_string(), module.to_string(), action.to_string()], scope: scope.into() })
+    }
+
+    /// Whether this grant allows `permission` (three segments, no wildcards) at `scope`.
+    pub fn allows(&self, permission: &str, scope: &str) -> bool {
+        let wanted = permission.split(':');
+        let segments_match = self.permission.iter().zip(wanted).all(|(have, want)| have == "*" || have == want)
+            && permission.split(':').count() == 3;
+        segments_match && (self.scope == "*" || self.scope == scope)
+    }
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} @ {}", self.permission.join(":"), self.scope)
+    }
+}
+
+/// The registry decides: the method's permission and scope against the caller's grants.
+pub fn authorize(caller: &Caller, method: &Method) -> Result<(), ApiError> {
+    if caller.grants.iter().any(|grant| grant.allows(&method.permission, &method.scope)) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        Code::PermissionDenied,
+        format!("{} may not call {}: it needs {} @ {}", caller.principal, method.name, method.permission, method.scope),
+    )
+    .with_details(serde_json::json!({ "permission": method.permission, "scope": method.scope })))
+}
+
+pub fn hash_token(token: &str) -> String {
+    data_encoding::HEXLOWER.encode(&Sha256::digest(token.as_bytes()))
+}
+
+/// Looks the bearer token up by its hash.
+pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Caller, ApiError> {
+    let unauthenticated = |message: &str| ApiError::new(Code::Unauthenticated, message);
+    let header = authorization.ok_or_else(|| unauthenticated("a bearer token is required"))?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|token| !token.is_empty())
+        .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
+    let row: Option<(String, String, String)> = db
+        .query_row("SELECT tenant, principal, grants FROM tokens WHERE token_hash = ?1", [hash_token(token)], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    let (tenant, principal, grants) = row.ok_or_else(|| unauthenticated("unknown token"))?;
+    let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
+    let grants =
+        grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
+    Ok(Caller { tenant, principal, grants })
+}
+
+/// Why a tenant or token could not be created from the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0:?} is not a valid name (^[a-z][a-z0-9-]{{0,62}}$)")]
+    BadName(String),
+    #[error("{0}")]
+    BadGrant(String),
+    #[error("tenant {0:?} already exists")]
+    TenantExists(String),
+    #[error("tenant {0:?} does not exist; create it with `fleet admin tenant create`")]
+    NoTenant(String),
+    #[error("database: {0}")]
+    Database(#[from] rusqlite::Error),
+}
+
+pub fn create_tenant(db: &Connection, tenant: &str, now: &str) -> Result<(), AdminError> {
+    if !is_name(tenant) {
+        return Err(AdminError::BadName(tenant.into()));
+    }
+    let inserted = db.execute(
+        "INSERT INTO tenants (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        params![tenant, now],
+    )?;
+    if inserted == 0 {
+        return Err(AdminError::TenantExists(tenant.into()));
+    }
+    Ok(())
+}
+
+/// Creates a token and returns it; only its hash is stored.
+pub fn create_token(
+    db: &Connection,
+    tenant: &str,
+    principal: &str,
+    grants: &[String],
+    now: &str,
+) -> Result<String, AdminError> {
+    if !is_name(principal) {
+        return Err(AdminError::BadName(principal.into()));
+    }
+    let grants: Vec<String> = grants
+        .iter()
+        .map(|grant| Grant::parse(grant).map(|grant| grant.to_string()))
+        .collect::<Result<_, _>>()
+        .map_err(AdminError::BadGrant)?;
+    let exists: bool =
+        db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", [tenant], |row| row.get(0))?;
+    if !exists {
+        return Err(AdminError::NoTenant(tenant.into()));
+    }
+    let mut secret = [0u8; 32];
+    rand::rng().fill_bytes(&mut secret);
+    let token = format!("fleet_{}", data_encoding::BASE32_NOPAD.encode(&secret).to_lowercase());
+    let grants = serde_json::to_string(&grants).map_err(|error| AdminError::BadGrant(error.to_string()))?;
+    db.execute(
+        "INSERT INTO tokens (token_hash, tenant, principal, grants, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![hash_token(&token), tenant, principal, grants, now],
+    )?;
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(text: &str) -> Grant {
+        Grant::parse(text).unwrap()
+    }
+
+    #[test]
+    fn grants_match_segments_and_scope() {
+        assert!(grant("compute:fleet:admin @ compute-fleet").allows("compute:fleet:admin", "compute-fleet"));
+        assert!(grant("compute:*:*@*").allows("compute:pools:write", "compute-pools"));
+        assert!(grant("compute:*:* @ *").allows("compute:fleet:admin", "compute-fleet"));
+        assert!(grant("*:*:read @ compute-pools").allows("compute:pools:read", "compute-pools"));
+        assert!(!grant("compute:pools:read @ compute-pools").allows("compute:pools:write", "compute-pools"));
+        assert!(!grant("compute:fleet:admin @ compute-fleet").allows("compute:pools:write", "compute-pools"));
+        assert!(!grant("compute:pools:write @ compute-sites").allows("compute:pools:write", "compute-pools"));
+    }
+
+    #[test]
+    fn malformed_grants_are_refused() {
+        assert!(Grant::parse("compute:fleet:admin").is_err());
+        assert!(Grant::parse("compute:fleet @ x").is_err());
+        assert!(Grant::parse("compute:fleet:admin:x @ x").is_err());
+        assert!(Grant::parse("Compute:fleet:admin @ x").is_err());
+        assert_eq!(grant("compute:*:*@*").to_string(), "compute:*:* @ *");
+    }
+}

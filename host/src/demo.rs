@@ -1,0 +1,80 @@
+//! `fleet serve --demo`: tenant `demo`, a small realistic estate applied through fleet
+//! (so every object goes through its module's handlers and has a name), and a token
+//! with every permission.
+
+use std::sync::Arc;
+
+use fleet_guest::Kind;
+use serde_json::{Value, json};
+
+use crate::api::ApiError;
+use crate::app::App;
+use crate::auth;
+use crate::db;
+use crate::server::dispatch;
+
+pub const TENANT: &str = "demo";
+pub const PRINCIPAL: &str = "demo-admin";
+
+/// The demo estate, as an operator would write it.
+pub fn document() -> Value {
+    json!({
+        "sites": {
+            "eu-west": {"region": "eu-west-1", "description": "Dublin", "labels": {"tier": "prod"}},
+            "us-east": {"region": "us-east-1", "description": "Virginia", "labels": {"tier": "prod"}},
+            "lab": {"region": "eu-central-1", "labels": {"tier": "dev"}}
+        },
+        "providerAccounts": {
+            "aws-main": {"provider": "aws", "credentialsRef": "vault:aws/main"},
+            "gcp-research": {"provider": "gcp", "credentialsRef": "vault:gcp/research", "settings": {"project": "research-42"}}
+        },
+        "pools": {
+            "gpu-a": {"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml",
+                      "vcpus": 512, "memoryMib": 2097152, "gpus": 64, "labels": {"accelerator": "h100"}},
+            "cpu-a": {"site": "us-east", "account": "aws-main", "class": "cpu", "owner": "team-web",
+                      "vcpus": 2048, "memoryMib": 8388608},
+            "lab-gpu": {"site": "lab", "account": "gcp-research", "class": "gpu", "owner": "team-research",
+                        "vcpus": 64, "memoryMib": 262144, "gpus": 8}
+        },
+        "ownerQuotas": {
+            "team-ml": {"vcpus": 256, "memoryMib": 1048576, "gpus": 32, "instances": 100},
+            "team-web": {"vcpus": 1024, "memoryMib": 4194304, "instances": 400},
+            "team-research": {"vcpus": 96, "memoryMib": 393216, "gpus": 12, "instances": 40}
+        },
+        "offers": {
+            "ml-to-research": {"pool": "gpu-a", "to": "team-research", "vcpus": 64, "gpus": 8},
+            "web-to-ml": {"pool": "cpu-a", "to": "team-ml", "vcpus": 256, "memoryMib": 1048576}
+        },
+        "flavors": {
+            "g1-large": {"pool": "gpu-a", "vcpus": 8, "memoryMib": 65536, "gpus": 1, "diskGib": 100},
+            "g1-xlarge": {"pool": "gpu-a", "vcpus": 32, "memoryMib": 262144, "gpus": 4, "diskGib": 400},
+            "c1-medium": {"pool": "cpu-a", "vcpus": 4, "memoryMib": 16384, "diskGib": 50}
+        }
+    })
+}
+
+/// Creates the demo tenant (once), applies the demo estate (once), and returns a new
+/// token with every permission.
+pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
+    let db = app.db.get()?;
+    let now = db::now();
+    match auth::create_tenant(&db, TENANT, &now) {
+        Ok(()) | Err(auth::AdminError::TenantExists(_)) => {}
+        Err(error) => return Err(error.into()),
+    }
+    let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now)?;
+    let applied: bool =
+        db.query_row("SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)", [TENANT], |row| row.get(0))?;
+    if !applied && !app.config.read_only {
+        let caller = auth::authenticate(&db, Some(&format!("Bearer {token}")))?;
+        let method =
+            app.registry.by_name("compute.fleet.apply").ok_or_else(|| anyhow::anyhow!("apply is not registered"))?;
+        let mut document = document();
+        if let Value::Object(sections) = &mut document {
+            sections.retain(|section, _| Kind::ALL.iter().any(|kind| kind.section() == section && app.runs(*kind)));
+        }
+        dispatch(app, caller, db, method, json!({ "document": document }))
+            .map_err(|error: ApiError| anyhow::anyhow!("applying the demo estate failed: {error}"))?;
+    }
+    Ok(token)
+}

@@ -1,0 +1,145 @@
+//! The event log: events stored with a sequence number, listed per tenant by
+//! `compute.events.list`, and followed live as Server-Sent Events.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Channel};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response};
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+
+use crate::api::ApiError;
+use crate::app::App;
+use crate::auth;
+use crate::db;
+use crate::input::Input;
+use crate::registry::{Ctx, Method, MethodKind, Registry};
+use crate::server::{Body, bearer};
+
+pub const DRIFTED: &str = "fleet.drifted";
+pub const CONVERGED: &str = "fleet.converged";
+pub const STREAM_PATH: &str = "/api/compute/events/stream";
+
+const DEFAULT_LIMIT: u64 = 100;
+const MAX_LIMIT: u64 = 1000;
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        Method::new("events", "list", MethodKind::Read, Arc::new(list))
+            .phase("v0.2")
+            .summary("Lists the tenant's events after a sequence number, oldest first.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "properties": {
+                    "after": {"type": "integer", "minimum": 0},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}}}),
+                json!({"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}}),
+            ),
+    );
+}
+
+/// Stores an event in the caller's transaction; subscribers are woken after commit.
+pub fn publish(db: &Connection, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+    db.prepare_cached("INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
+        tenant,
+        kind,
+        db::now(),
+        data.to_string()
+    ])?;
+    Ok(db.last_insert_rowid())
+}
+
+fn read(db: &Connection, tenant: &str, after: u64, limit: u64) -> Result<Vec<Value>, ApiError> {
+    let mut statement = db.prepare_cached(
+        "SELECT seq, type, tenant, at, data FROM events WHERE tenant = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = statement.query_map(params![tenant, after as i64, limit as i64], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut events = Vec::new();
+    for row in rows {
+        let (seq, kind, tenant, at, data) = row?;
+        let data: Value = serde_json::from_str(&data).map_err(ApiError::internal)?;
+        events.push(json!({ "seq": seq, "type": kind, "tenant": tenant, "at": at, "data": data }));
+    }
+    Ok(events)
+}
+
+fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let mut input = Input::new(body)?;
+    let after = input.count("after", false).unwrap_or(0);
+    let limit = input.count("limit", false);
+    if limit.is_some_and(|limit| limit == 0 || limit > MAX_LIMIT) {
+        input.problem("limit", format!("must be between 1 and {MAX_LIMIT}"));
+    }
+    input.finish()?;
+    let events = read(ctx.db, &ctx.caller.tenant, after, limit.unwrap_or(DEFAULT_LIMIT))?;
+    Ok(json!({ "events": events }))
+}
+
+/// `GET /api/compute/events/stream[?after=N]`: the tenant's events as Server-Sent Events,
+/// authorized like `compute.events.list`. Resumes after `Last-Event-ID` when given.
+pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let authorization = bearer(&request)?;
+    let mut after = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+        .or_else(|| request.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("after=")?.parse::<u64>().ok()))
+        .unwrap_or(0);
+    let caller = {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = app.db.get()?;
+            let caller = auth::authenticate(&db, Some(&authorization))?;
+            let method = app.registry.by_name("compute.events.list").ok_or_else(|| ApiError::not_found("no events"))?;
+            auth::authorize(&caller, method)?;
+            Ok::<_, ApiError>(caller)
+        })
+        .await
+        .map_err(ApiError::internal)??
+    };
+    let (mut sender, body) = Channel::<Bytes, Infallible>::new(16);
+    let mut wake = app.events.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let batch = {
+                let (app, tenant) = (app.clone(), caller.tenant.clone());
+                tokio::task::spawn_blocking(move || read(&*app.db.get()?, &tenant, after, MAX_LIMIT)).await
+            };
+            let Ok(Ok(events)) = batch else { break };
+            for event in &events {
+                after = event["seq"].as_u64().unwrap_or(after);
+                let frame =
+                    format!("id: {after}\nevent: {}\ndata: {event}\n\n", event["type"].as_str().unwrap_or("event"));
+                if sender.send_data(Bytes::from(frame)).await.is_err() {
+                    return;
+                }
+            }
+            match tokio::time::timeout(KEEPALIVE, wake.recv()).await {
+                Ok(Ok(())) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
+                Err(_) => {
+                    if sender.send(Frame::data(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut response = Response::new(body.boxed());
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}

@@ -1,0 +1,238 @@
+//! The fleet group (SPEC §6): export, plan, apply and status. Export, plan and apply
+//! run the planner component in a fresh sandbox instance per request; the host owns
+//! the transaction, the authorization of every planned call, name bindings, the
+//! applied document and the drift state.
+
+use std::sync::Arc;
+
+use fleet_guest::{Binding, Kind};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Map, Value, json};
+
+use crate::api::{ApiError, Code};
+use crate::app::App;
+use crate::auth::{self, Caller};
+use crate::db::{self, Conn};
+use crate::events;
+use crate::registry::{Method, MethodKind, Registry};
+use crate::sandbox::{Entry, Session};
+
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        Method::fleet("export", MethodKind::Read, Arc::new(export))
+            .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run."),
+    );
+    registry.register(
+        Method::fleet("plan", MethodKind::Read, Arc::new(plan))
+            .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing."),
+    );
+    registry.register(
+        Method::fleet("apply", MethodKind::Mutation, Arc::new(apply))
+            .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied."),
+    );
+    registry.register(
+        Method::fleet("status", MethodKind::Read, Arc::new(status))
+            .summary("The last applied document's hash, applier and time, and the drift found at the last check."),
+    );
+}
+
+/// The planner run as `caller` on a snapshot of the tenant: one read transaction
+/// around the whole guest call, so the tables it reads agree with each other.
+pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, request: &str) -> Result<String, ApiError> {
+    db.execute_batch("BEGIN DEFERRED")?;
+    let session = Session { app: app.clone(), caller, db, composite: false };
+    let (session, result) = app.sandbox.call(session, entry, request);
+    session.db.execute_batch("COMMIT")?;
+    result
+}
+
+fn export(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
+    run_planner(&app, caller, db, Entry::Export, &input.to_string())
+}
+
+fn plan(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
+    run_planner(&app, caller, db, Entry::Plan, &input.to_string())
+}
+
+/// SPEC §6.3: plan; check the hash and blocked changes; authorize every planned call
+/// with no transaction open; then, in one write transaction, let a fresh planner plan
+/// again and run the calls through the module handlers; record bindings and the
+/// applied document; commit.
+fn apply(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
+    let Value::Object(mut request) = input else {
+        return Err(ApiError::invalid(vec![crate::api::Problem {
+            path: String::new(),
+            message: "the request body must be a JSON object".into(),
+        }]));
+    };
+    let expected = match request.remove("planHash") {
+        None => None,
+        Some(Value::String(hash)) => Some(hash),
+        Some(_) => {
+            return Err(ApiError::invalid(vec![crate::api::Problem {
+                path: "/planHash".into(),
+                message: "must be a string".into(),
+            }]));
+        }
+    };
+    let plan_request = Value::Object(request.clone()).to_string();
+    let planned: Value = serde_json::from_str(&run_planner(&app, caller.clone(), db, Entry::Plan, &plan_request)?)
+        .map_err(ApiError::internal)?;
+    let plan_hash = planned["planHash"].as_str().unwrap_or_default().to_owned();
+    if let Some(expected) = expected
+        && expected != plan_hash
+    {
+        return Err(ApiError::new(Code::ConfigDrift, "the plan differs from the planHash given; plan again")
+            .with_details(json!({ "expected": expected, "actual": plan_hash })));
+    }
+    if planned["blocked"].as_array().is_some_and(|blocked| !blocked.is_empty()) {
+        return Err(ApiError::new(Code::InvalidState, "the plan has blocked changes; nothing was applied")
+            .with_details(json!({ "blocked": planned["blocked"] })));
+    }
+    for call in planned["calls"].as_array().into_iter().flatten() {
+        let name = call["method"].as_str().unwrap_or_default();
+        let method = app.registry.by_name(name).ok_or_else(|| {
+            ApiError::not_found(format!("the plan calls {name:?}, which this deployment does not serve"))
+        })?;
+        auth::authorize(&caller, method)?;
+    }
+
+    let db = app.db.get()?;
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    request.insert("planHash".into(), Value::String(plan_hash));
+    let session = Session { app: app.clone(), caller, db, composite: true };
+    let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());
+    let recorded = result.and_then(|output| {
+        let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;
+        record(&session.db, &session.caller, &request, &applied)?;
+        Ok(output)
+    });
+    match recorded {
+        Ok(output) => {
+            session.db.execute_batch("COMMIT")?;
+            let _ = app.events.send(());
+            Ok(output)
+        }
+        Err(error) => {
+            if let Err(rollback) = session.db.execute_batch("ROLLBACK") {
+                tracing::error!(%rollback, "rollback of an apply failed");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Inside apply's transaction: the names of created objects, the applied document,
+/// and the drift state (an apply counts as a check that converged).
+fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applied: &Value) -> Result<(), ApiError> {
+    let plan = &applied["plan"];
+    for change in plan["changes"].as_array().into_iter().flatten() {
+        let (Some(kind), Some(key), Some(id)) =
+            (change["kind"].as_str(), change["key"].as_str(), change["id"].as_str())
+        else {
+            continue;
+        };
+        if change["action"] == "create" && crate::input::is_name(key) {
+            db.prepare_cached(
+                "INSERT INTO fleet_bindings (tenant, kind, name, id) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, kind, name) DO UPDATE SET id = excluded.id",
+            )?
+            .execute(params![caller.tenant, kind, key, id])?;
+        }
+    }
+    let document = request.get("document").cloned().unwrap_or(Value::Null);
+    let prune = request.get("prune").and_then(Value::as_bool).unwrap_or(false);
+    db.prepare_cached(
+        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
+           plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
+           applied_at = excluded.applied_at, calls = excluded.calls",
+    )?
+    .execute(params![
+        caller.tenant,
+        document.to_string(),
+        prune,
+        plan["planHash"].as_str().unwrap_or_default(),
+        caller.principal,
+        db::now(),
+        applied["applied"].as_i64().unwrap_or_default(),
+    ])?;
+    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", [&caller.tenant])? > 0;
+    if was_drifted {
+        events::publish(
+            db,
+            &caller.tenant,
+            events::CONVERGED,
+            &json!({ "planHash": plan["planHash"], "summary": plan["summary"] }),
+        )?;
+    }
+    Ok(())
+}
+
+fn status(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
+    crate::input::Input::new(input)?.finish()?;
+    let _ = app;
+    let output = db::transaction(&db, db::Tx::Read, |db| {
+        let mut output = Map::new();
+        let applied = db
+            .query_row(
+                "SELECT plan_hash, applied_by, applied_at, calls, prune FROM fleet_applied WHERE tenant = ?1",
+                [&caller.tenant],
+                |row| {
+                    Ok(json!({
+                        "planHash": row.get::<_, String>(0)?,
+                        "appliedBy": row.get::<_, String>(1)?,
+                        "appliedAt": row.get::<_, String>(2)?,
+                        "calls": row.get::<_, i64>(3)?,
+                        "prune": row.get::<_, bool>(4)?,
+                    }))
+                },
+            )
+            .optional()?;
+        if let Some(applied) = applied {
+            output.insert("applied".into(), applied);
+        }
+        let drift = db
+            .query_row(
+                "SELECT checked_at, plan_hash, summary, changes FROM fleet_drift WHERE tenant = ?1",
+                [&caller.tenant],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                    ))
+                },
+            )
+            .optional()?;
+        if let Some((checked_at, plan_hash, summary, changes)) = drift {
+            let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
+            output.insert(
+                "drift".into(),
+                json!({ "checkedAt": checked_at, "planHash": plan_hash, "summary": parse(&summary)?, "changes": parse(&changes)? }),
+            );
+        }
+        Ok(Value::Object(output))
+    })?;
+    Ok(output.to_string())
+}
+
+/// The tenant's name bindings, for the planner.
+pub fn bindings(db: &Connection, tenant: &str) -> Result<Vec<Binding>, ApiError> {
+    let mut statement =
+        db.prepare_cached("SELECT kind, name, id FROM fleet_bindings WHERE tenant = ?1 ORDER BY kind, name")?;
+    let rows = statement.query_map([tenant], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+    })?;
+    let mut bindings = Vec::new();
+    for row in rows {
+        let (kind, name, id) = row?;
+        let kind = Kind::ALL.into_iter().find(|candidate| candidate.name() == kind);
+        if let Some(kind) = kind {
+            bindings.push(Binding { kind, name, id });
+        }
+    }
+    Ok(bindings)
+}

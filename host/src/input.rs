@@ -1,0 +1,176 @@
+//! Reading a JSON request body field by field, collecting every problem before failing.
+//!
+//! serde stops at the first error; SPEC §2 wants all of them, each with its JSON pointer.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::api::{ApiError, Problem};
+
+/// Numbers on the wire are non-negative integers that every JSON parser holds exactly.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// A request object being read: fields are taken one by one, and what is left at
+/// [`Input::finish`] is reported as unknown.
+pub struct Input {
+    fields: Map<String, Value>,
+    problems: Vec<Problem>,
+}
+
+impl Input {
+    pub fn new(body: Value) -> Result<Input, ApiError> {
+        match body {
+            Value::Object(fields) => Ok(Input { fields, problems: Vec::new() }),
+            _ => Err(ApiError::invalid(vec![Problem {
+                path: String::new(),
+                message: "the request body must be a JSON object".into(),
+            }])),
+        }
+    }
+
+    pub fn problem(&mut self, field: &str, message: impl Into<String>) {
+        self.problems.push(Problem { path: pointer(field), message: message.into() });
+    }
+
+    pub fn has(&self, field: &str) -> bool {
+        self.fields.contains_key(field)
+    }
+
+    fn take(&mut self, field: &str, required: bool) -> Option<Value> {
+        let value = self.fields.remove(field);
+        if value.is_none() && required {
+            self.problem(field, "is required");
+        }
+        value
+    }
+
+    pub fn string(&mut self, field: &str, required: bool) -> Option<String> {
+        match self.take(field, required)? {
+            Value::String(text) => Some(text),
+            _ => {
+                self.problem(field, "must be a string");
+                None
+            }
+        }
+    }
+
+    /// A string matching the name pattern `^[a-z][a-z0-9-]{0,62}$`.
+    pub fn name(&mut self, field: &str, required: bool) -> Option<String> {
+        let text = self.string(field, required)?;
+        if is_name(&text) {
+            Some(text)
+        } else {
+            self.problem(field, format!("{text:?} is not a valid name (^[a-z][a-z0-9-]{{0,62}}$)"));
+            None
+        }
+    }
+
+    pub fn count(&mut self, field: &str, required: bool) -> Option<u64> {
+        let value = self.take(field, required)?;
+        match value.as_u64() {
+            Some(number) if number <= MAX_COUNT => Some(number),
+            Some(_) => {
+                self.problem(field, "must be at most 2^53 - 1");
+                None
+            }
+            None => {
+                self.problem(field, "must be a non-negative integer");
+                None
+            }
+        }
+    }
+
+    pub fn boolean(&mut self, field: &str, required: bool) -> Option<bool> {
+        match self.take(field, required)? {
+            Value::Bool(flag) => Some(flag),
+            _ => {
+                self.problem(field, "must be true or false");
+                None
+            }
+        }
+    }
+
+    /// A map of string to string (`labels`, `settings`).
+    pub fn string_map(&mut self, field: &str, required: bool) -> Option<BTreeMap<String, String>> {
+        let Value::Object(entries) = self.take(field, required)? else {
+            self.problem(field, "must be an object of strings");
+            return None;
+        };
+        let mut map = BTreeMap::new();
+        let mut valid = true;
+        for (key, value) in entries {
+            match value {
+                Value::String(text) => {
+                    map.insert(key, text);
+                }
+                _ => {
+                    valid = false;
+                    let path = format!("{}/{}", pointer(field), escape(&key));
+                    self.problems.push(Problem { path, message: "must be a string".into() });
+                }
+            }
+        }
+        valid.then_some(map)
+    }
+
+    /// Fails with every problem found, unknown fields included.
+    pub fn finish(mut self) -> Result<(), ApiError> {
+        for field in self.fields.keys() {
+            self.problems.push(Problem { path: pointer(field), message: "is not a known field".into() });
+        }
+        if self.problems.is_empty() { Ok(()) } else { Err(ApiError::invalid(self.problems)) }
+    }
+}
+
+/// `^[a-z][a-z0-9-]{0,62}$`: names, owners, providers and classes.
+pub fn is_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes[0].is_ascii_lowercase()
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+/// The JSON pointer of a top-level field.
+pub fn pointer(field: &str) -> String {
+    format!("/{}", escape(field))
+}
+
+/// RFC 6901 escaping of one reference token.
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn names_follow_the_pattern() {
+        assert!(is_name("gpu-a"));
+        assert!(is_name(&"a".repeat(63)));
+        assert!(!is_name(&"a".repeat(64)));
+        assert!(!is_name("Gpu"));
+        assert!(!is_name("1gpu"));
+        assert!(!is_name(""));
+        assert!(!is_name("pool_abc"));
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let mut input = Input::new(json!({"vcpus": -1, "labels": {"a": 1}, "extra": true})).unwrap();
+        assert_eq!(input.count("vcpus", false), None);
+        assert_eq!(input.string_map("labels", false), None);
+        assert_eq!(input.string("region", true), None);
+        let error = input.finish().unwrap_err();
+        let paths: Vec<_> = error.details.unwrap()["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|problem| problem["path"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(paths, ["/vcpus", "/labels/a", "/region", "/extra"]);
+    }
+}

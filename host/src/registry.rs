@@ -1,0 +1,236 @@
+//! The method registry (SPEC §8): every method registered once with its name, path,
+//! kind, permission, scope, module, phase and handler. Routing, authorization, the
+//! catalogue and the OpenAPI description all come from here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use serde_json::{Value, json};
+
+use crate::api::ApiError;
+use crate::app::App;
+use crate::auth::Caller;
+use crate::db::Conn;
+
+/// Whether a method only reads or also changes state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodKind {
+    Read,
+    Mutation,
+}
+
+impl MethodKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MethodKind::Read => "read",
+            MethodKind::Mutation => "mutation",
+        }
+    }
+}
+
+/// What a handler sees: the application, the authenticated caller, and a database
+/// connection inside the transaction the server (or apply) opened.
+pub struct Ctx<'a> {
+    pub app: &'a App,
+    pub caller: &'a Caller,
+    pub db: &'a Connection,
+}
+
+/// A method that runs inside a transaction opened for it: a read or write transaction
+/// around its HTTP call, or apply's transaction when fleet invokes it.
+pub type Handler = Arc<dyn Fn(&Ctx, Value) -> Result<Value, ApiError> + Send + Sync>;
+
+/// A method that runs the planner and manages its own transaction: it takes the
+/// connection, which the sandbox store owns while the guest runs.
+/// It answers with the planner's JSON text as it is, so that the bytes the component
+/// produced are the bytes the client gets.
+pub type Composite = Arc<dyn Fn(Arc<App>, Caller, Conn, Value) -> Result<String, ApiError> + Send + Sync>;
+
+pub enum Run {
+    InTransaction(Handler),
+    Composite(Composite),
+}
+
+pub struct Method {
+    /// `compute.<group>.<method>`
+    pub name: String,
+    pub group: String,
+    pub path: String,
+    pub kind: MethodKind,
+    pub permission: String,
+    pub scope: String,
+    pub module: String,
+    pub phase: &'static str,
+    pub summary: String,
+    /// JSON Schemas of the request and response, where known.
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub run: Run,
+}
+
+impl Method {
+    /// A module method: `compute:<group>:read|write @ compute-<group>`.
+    pub fn new(group: &str, method: &str, kind: MethodKind, handler: Handler) -> Method {
+        Method::with_run(group, method, kind, Run::InTransaction(handler))
+    }
+
+    fn with_run(group: &str, method: &str, kind: MethodKind, run: Run) -> Method {
+        let action = match kind {
+            MethodKind::Read => "read",
+            MethodKind::Mutation => "write",
+        };
+        Method {
+            name: format!("compute.{group}.{method}"),
+            group: group.into(),
+            path: format!("/api/compute/{group}/{method}"),
+            kind,
+            permission: format!("compute:{group}:{action}"),
+            scope: format!("compute-{group}"),
+            module: group.into(),
+            phase: "v0.1",
+            summary: String::new(),
+            input: None,
+            output: None,
+            run,
+        }
+    }
+
+    /// A fleet method: `compute:fleet:admin @ compute-fleet`, phase v0.2.
+    pub fn fleet(method: &str, kind: MethodKind, composite: Composite) -> Method {
+        Method::with_run("fleet", method, kind, Run::Composite(composite))
+            .permission("compute:fleet:admin", "compute-fleet")
+            .phase("v0.2")
+    }
+
+    /// Runs a method inside a transaction the caller already opened (apply's calls).
+    pub fn run_in(&self, ctx: &Ctx, input: Value) -> Result<Value, ApiError> {
+        match &self.run {
+            Run::InTransaction(handler) => handler(ctx, input),
+            Run::Composite(_) => Err(ApiError::internal(format_args!("{} cannot run inside a transaction", self.name))),
+        }
+    }
+
+    pub fn permission(mut self, permission: &str, scope: &str) -> Method {
+        self.permission = permission.into();
+        self.scope = scope.into();
+        self
+    }
+
+    pub fn phase(mut self, phase: &'static str) -> Method {
+        self.phase = phase;
+        self
+    }
+
+    pub fn summary(mut self, summary: impl Into<String>) -> Method {
+        self.summary = summary.into();
+        self
+    }
+
+    pub fn schemas(mut self, input: Value, output: Value) -> Method {
+        self.input = Some(input);
+        self.output = Some(output);
+        self
+    }
+
+    /// The catalogue entry of `GET /api/methods`.
+    pub fn describe(&self) -> Value {
+        json!({
+            "name": self.name,
+            "path": self.path,
+            "httpMethod": "POST",
+            "kind": self.kind.as_str(),
+            "permission": self.permission,
+            "scope": self.scope,
+            "module": self.module,
+            "phase": self.phase,
+            "summary": self.summary,
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    methods: Vec<Method>,
+    by_path: HashMap<String, usize>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Registry {
+    /// Registers a method. A name registered twice is a programming error.
+    pub fn register(&mut self, method: Method) {
+        assert!(!self.by_name.contains_key(&method.name), "method {} registered twice", method.name);
+        self.by_path.insert(method.path.clone(), self.methods.len());
+        self.by_name.insert(method.name.clone(), self.methods.len());
+        self.methods.push(method);
+    }
+
+    pub fn by_path(&self, path: &str) -> Option<&Method> {
+        self.by_path.get(path).map(|&index| &self.methods[index])
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Method> {
+        self.by_name.get(name).map(|&index| &self.methods[index])
+    }
+
+    pub fn methods(&self) -> &[Method] {
+        &self.methods
+    }
+
+    pub fn catalogue(&self) -> Value {
+        json!({ "methods": self.methods.iter().map(Method::describe).collect::<Vec<_>>() })
+    }
+
+    /// An OpenAPI 3 description generated from the registry.
+    pub fn openapi(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        for method in &self.methods {
+            let object = json!({"type": "object"});
+            let input = method.input.clone().unwrap_or_else(|| object.clone());
+            let output = method.output.clone().unwrap_or(object);
+            paths.insert(
+                method.path.clone(),
+                json!({ "post": {
+                    "operationId": method.name,
+                    "summary": method.summary,
+                    "tags": [method.module],
+                    "x-fleet-kind": method.kind.as_str(),
+                    "x-fleet-permission": method.permission,
+                    "x-fleet-scope": method.scope,
+                    "x-fleet-phase": method.phase,
+                    "security": [{"bearer": []}],
+                    "requestBody": {"required": false, "content": {"application/json": {"schema": input}}},
+                    "responses": {
+                        "200": {"description": "success", "content": {"application/json": {"schema": output}}},
+                        "default": {"description": "an error (SPEC §2)",
+                                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+                    }
+                }}),
+            );
+        }
+        json!({
+            "openapi": "3.0.3",
+            "info": {"title": "fleet", "version": env!("CARGO_PKG_VERSION")},
+            "paths": paths,
+            "components": {
+                "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+                "schemas": {"Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {
+                        "type": "object",
+                        "required": ["code", "message"],
+                        "properties": {
+                            "code": {"type": "string", "enum": [
+                                "INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND",
+                                "ALREADY_EXISTS", "FAILED_PRECONDITION", "INVALID_STATE", "CONFIG_DRIFT",
+                                "PAYLOAD_TOO_LARGE", "RESOURCE_EXHAUSTED", "UNSUPPORTED", "INTERNAL"]},
+                            "message": {"type": "string"},
+                            "details": {"type": "object"}
+                        }
+                    }}
+                }}
+            }
+        })
+    }
+}

@@ -1,0 +1,406 @@
+//! The planner sandbox: the component compiled once, pre-linked into an `InstancePre`,
+//! and a fresh `Store` per request with a CPU budget (epoch deadline), a memory cap, and
+//! the caller it serves. Host imports only ever see that caller's tenant.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use fleet_guest::Kind;
+use serde_json::Value;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
+
+use crate::api::{ApiError, Code};
+use crate::app::App;
+use crate::auth::{self, Caller};
+use crate::db::Conn;
+use crate::modules::{self, Object};
+use crate::registry::{Ctx, MethodKind};
+
+wasmtime::component::bindgen!({
+    world: "fleet-planner",
+    path: "../wit",
+    imports: { default: trappable },
+});
+
+use compute::fleet::{methods, state, types};
+
+/// The planner component built by `build.rs`.
+pub const PLANNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_planner.wasm"));
+
+/// How often the epoch advances; the CPU budget is counted in these ticks.
+const TICK: Duration = Duration::from_millis(10);
+/// The most planner instances alive at once with the pooling allocator.
+const MAX_INSTANCES: u32 = 128;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub cpu: Duration,
+    pub memory_bytes: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget { cpu: Duration::from_secs(5), memory_bytes: 256 << 20 }
+    }
+}
+
+pub struct Sandbox {
+    engine: Engine,
+    planner: FleetPlannerPre<Guest>,
+    budget: Budget,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What a planner call needs from the host while it runs.
+pub struct Session {
+    pub app: Arc<App>,
+    pub caller: Caller,
+    pub db: Conn,
+    /// Whether `methods.invoke` may run mutations (only inside apply's transaction).
+    pub composite: bool,
+}
+
+/// The data of one store: the session and the memory limiter.
+pub struct Guest {
+    session: Session,
+    limits: Limits,
+}
+
+struct Limits {
+    memory_bytes: usize,
+    exhausted: bool,
+}
+
+impl ResourceLimiter for Limits {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.exhausted = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// An entry point of the planner interface.
+#[derive(Debug, Clone, Copy)]
+pub enum Entry {
+    Export,
+    Plan,
+    Apply,
+}
+
+impl Sandbox {
+    pub fn new(component: &[u8], budget: Budget) -> anyhow::Result<Sandbox> {
+        let engine = engine(budget)?;
+        let component = Component::new(&engine, component)?;
+        let mut linker = Linker::new(&engine);
+        FleetPlanner::add_to_linker::<Guest, HasSelf<Guest>>(&mut linker, |guest| guest)?;
+        let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let ticker_engine = engine.clone();
+        let stop = stop_ticker.clone();
+        std::thread::Builder::new().name("fleet-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(TICK);
+                ticker_engine.increment_epoch();
+            }
+        })?;
+        Ok(Sandbox { engine, planner, budget, stop_ticker })
+    }
+
+    /// Runs one entry point in a fresh instance and returns the session (so the caller
+    /// gets its connection back) with the result.
+    pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
+        let guest = Guest { session, limits: Limits { memory_bytes: self.budget.memory_bytes, exhausted: false } };
+        let mut store = Store::new(&self.engine, guest);
+        store.limiter(|guest| &mut guest.limits);
+        let ticks = (self.budget.cpu.as_millis() / TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let result = self.planner.instantiate(&mut store).and_then(|planner| {
+            let planner = planner.compute_fleet_planner();
+            match entry {
+                Entry::Export => planner.call_export(&mut store, request),
+                Entry::Plan => planner.call_plan(&mut store, request),
+                Entry::Apply => planner.call_apply(&mut store, request),
+            }
+        });
+        let exhausted = store.data().limits.exhausted;
+        let session = store.into_data().session;
+        let result = match result {
+            Ok(Ok(output)) => match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
+                Ok(_) => Ok(output),
+                Err(error) => Err(ApiError::internal(format_args!("the planner returned invalid JSON: {error}"))),
+            },
+            Ok(Err(error)) => Err(from_wit_error(error)),
+            Err(trap) => Err(trap_error(&trap, exhausted, entry)),
+        };
+        (session, result)
+    }
+}
+
+fn engine(budget: Budget) -> anyhow::Result<Engine> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling
+        .total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES)
+        .total_memories(MAX_INSTANCES)
+        .total_tables(MAX_INSTANCES)
+        .max_memory_size(budget.memory_bytes);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    match Engine::new(&config) {
+        Ok(engine) => Ok(engine),
+        Err(error) => {
+            tracing::warn!(%error, "the pooling allocator is unavailable here; using on-demand allocation");
+            config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+            Ok(Engine::new(&config)?)
+        }
+    }
+}
+
+/// A trap is never bad input: it is an exhausted budget or a bug.
+fn trap_error(trap: &wasmtime::Error, memory_exhausted: bool, entry: Entry) -> ApiError {
+    if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return ApiError::new(Code::ResourceExhausted, "the planner ran out of its CPU budget");
+    }
+    if memory_exhausted {
+        return ApiError::new(Code::ResourceExhausted, "the planner ran out of its memory budget");
+    }
+    if let Some(error) = trap.downcast_ref::<ApiError>() {
+        return error.clone();
+    }
+    if trap.downcast_ref::<Trap>() == Some(&Trap::AllocationTooLarge) {
+        return ApiError::new(Code::ResourceExhausted, "the sandbox has no room for another planner right now");
+    }
+    ApiError::internal(format_args!("the planner trapped in {entry:?}: {trap:?}"))
+}
+
+fn from_wit_error(error: types::Error) -> ApiError {
+    use types::ErrorCode as W;
+    let code = match error.code {
+        W::InvalidArgument => Code::InvalidArgument,
+        W::Unauthenticated => Code::Unauthenticated,
+        W::PermissionDenied => Code::PermissionDenied,
+        W::NotFound => Code::NotFound,
+        W::AlreadyExists => Code::AlreadyExists,
+        W::FailedPrecondition => Code::FailedPrecondition,
+        W::InvalidState => Code::InvalidState,
+        W::ConfigDrift => Code::ConfigDrift,
+        W::PayloadTooLarge => Code::PayloadTooLarge,
+        W::ResourceExhausted => Code::ResourceExhausted,
+        W::Unsupported => Code::Unsupported,
+        W::Internal => Code::Internal,
+    };
+    let details = match error.details.as_str() {
+        "" => None,
+        text => serde_json::from_str::<Value>(text).ok().filter(Value::is_object),
+    };
+    ApiError { code, message: error.message, details }
+}
+
+fn into_wit_error(error: ApiError) -> types::Error {
+    use types::ErrorCode as W;
+    let code = match error.code {
+        Code::InvalidArgument => W::InvalidArgument,
+        Code::Unauthenticated => W::Unauthenticated,
+        Code::PermissionDenied => W::PermissionDenied,
+        Code::NotFound => W::NotFound,
+        Code::AlreadyExists => W::AlreadyExists,
+        Code::FailedPrecondition => W::FailedPrecondition,
+        Code::InvalidState => W::InvalidState,
+        Code::ConfigDrift => W::ConfigDrift,
+        Code::PayloadTooLarge => W::PayloadTooLarge,
+        Code::ResourceExhausted => W::ResourceExhausted,
+        Code::Unsupported => W::Unsupported,
+        Code::Internal => W::Internal,
+    };
+    types::Error {
+        code,
+        message: error.message,
+        details: error.details.map(|details| details.to_string()).unwrap_or_default(),
+    }
+}
+
+// ---- the module adapters -------------------------------------------------------------
+
+impl Guest {
+    /// The tenant's table of a kind; empty when this deployment does not run its module.
+    fn table(&self, kind: Kind) -> wasmtime::Result<Vec<Object>> {
+        if !self.session.app.runs(kind) {
+            return Ok(Vec::new());
+        }
+        Ok(modules::load_all(&self.session.db, modules::of(kind), &self.session.caller.tenant)?)
+    }
+}
+
+fn wit_kind(kind: Kind) -> types::Kind {
+    match kind {
+        Kind::Site => types::Kind::Site,
+        Kind::ProviderAccount => types::Kind::ProviderAccount,
+        Kind::Pool => types::Kind::Pool,
+        Kind::OwnerQuota => types::Kind::OwnerQuota,
+        Kind::Offer => types::Kind::Offer,
+        Kind::Flavor => types::Kind::Flavor,
+    }
+}
+
+impl types::Host for Guest {}
+
+impl state::Host for Guest {
+    fn current_caller(&mut self) -> wasmtime::Result<types::Caller> {
+        let caller = &self.session.caller;
+        Ok(types::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() })
+    }
+
+    fn modules(&mut self) -> wasmtime::Result<Vec<types::Kind>> {
+        Ok(Kind::ALL.into_iter().filter(|kind| self.session.app.runs(*kind)).map(wit_kind).collect())
+    }
+
+    fn sites(&mut self) -> wasmtime::Result<Vec<state::Site>> {
+        let rows = self.table(Kind::Site)?;
+        Ok(rows
+            .iter()
+            .map(|site| state::Site {
+                id: site.key.clone(),
+                region: site.text("region").into(),
+                description: site.text("description").into(),
+                labels: site.pairs("labels"),
+            })
+            .collect())
+    }
+
+    fn provider_accounts(&mut self) -> wasmtime::Result<Vec<state::ProviderAccount>> {
+        let rows = self.table(Kind::ProviderAccount)?;
+        Ok(rows
+            .iter()
+            .map(|account| state::ProviderAccount {
+                id: account.key.clone(),
+                provider: account.text("provider").into(),
+                credentials_ref: account.text("credentialsRef").into(),
+                settings: account.pairs("settings"),
+            })
+            .collect())
+    }
+
+    fn pools(&mut self) -> wasmtime::Result<Vec<state::Pool>> {
+        let rows = self.table(Kind::Pool)?;
+        Ok(rows
+            .iter()
+            .map(|pool| state::Pool {
+                id: pool.key.clone(),
+                site: pool.text("site").into(),
+                account: pool.text("account").into(),
+                class: pool.text("class").into(),
+                owner: pool.text("owner").into(),
+                vcpus: pool.count("vcpus"),
+                memory_mib: pool.count("memoryMib"),
+                gpus: pool.count("gpus"),
+                labels: pool.pairs("labels"),
+                archived: pool.archived,
+            })
+            .collect())
+    }
+
+    fn owner_quotas(&mut self) -> wasmtime::Result<Vec<state::OwnerQuota>> {
+        let rows = self.table(Kind::OwnerQuota)?;
+        Ok(rows
+            .iter()
+            .map(|quota| state::OwnerQuota {
+                owner: quota.key.clone(),
+                vcpus: quota.count("vcpus"),
+                memory_mib: quota.count("memoryMib"),
+                gpus: quota.count("gpus"),
+                instances: quota.count("instances"),
+            })
+            .collect())
+    }
+
+    fn offers(&mut self) -> wasmtime::Result<Vec<state::Offer>> {
+        let rows = self.table(Kind::Offer)?;
+        Ok(rows
+            .iter()
+            .map(|offer| state::Offer {
+                id: offer.key.clone(),
+                pool: offer.text("pool").into(),
+                to_owner: offer.text("to").into(),
+                vcpus: offer.count("vcpus"),
+                memory_mib: offer.count("memoryMib"),
+                gpus: offer.count("gpus"),
+            })
+            .collect())
+    }
+
+    fn flavors(&mut self) -> wasmtime::Result<Vec<state::Flavor>> {
+        let rows = self.table(Kind::Flavor)?;
+        Ok(rows
+            .iter()
+            .map(|flavor| state::Flavor {
+                id: flavor.key.clone(),
+                pool: flavor.text("pool").into(),
+                vcpus: flavor.count("vcpus"),
+                memory_mib: flavor.count("memoryMib"),
+                gpus: flavor.count("gpus"),
+                disk_gib: flavor.count("diskGib"),
+                archived: flavor.archived,
+            })
+            .collect())
+    }
+
+    fn bindings(&mut self) -> wasmtime::Result<Vec<state::Binding>> {
+        let bindings = crate::fleet::bindings(&self.session.db, &self.session.caller.tenant)?;
+        Ok(bindings
+            .into_iter()
+            .map(|binding| state::Binding { kind: wit_kind(binding.kind), name: binding.name, id: binding.id })
+            .collect())
+    }
+}
+
+/// The largest method input the guest may hand back.
+const MAX_INVOKE_INPUT: usize = 1 << 20;
+
+impl methods::Host for Guest {
+    /// Everything the guest passes is checked: the method must be a registered module
+    /// mutation of this deployment, the input a JSON object of bounded size, and the call
+    /// is authorized as the caller, like any HTTP call. The tenant is the store's.
+    fn invoke(&mut self, method: String, input: String) -> wasmtime::Result<Result<String, types::Error>> {
+        Ok(self.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
+    }
+}
+
+impl Guest {
+    fn invoke_checked(&mut self, name: &str, input: &str) -> Result<Value, ApiError> {
+        let session = &self.session;
+        if !session.composite {
+            return Err(ApiError::new(Code::Unsupported, "this host runs no composite methods"));
+        }
+        let method = session
+            .app
+            .registry
+            .by_name(name)
+            .filter(|method| method.kind == MethodKind::Mutation && method.module != "fleet")
+            .ok_or_else(|| ApiError::not_found(format!("no module method {name:?}")))?;
+        if input.len() > MAX_INVOKE_INPUT {
+            return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
+        }
+        let input: Value = serde_json::from_str(input)
+            .map_err(|error| ApiError::new(Code::InvalidArgument, format!("the method input is not JSON: {error}")))?;
+        auth::authorize(&session.caller, method)?;
+        let ctx = Ctx { app: &session.app, caller: &session.caller, db: &session.db };
+        method.run_in(&ctx, input)
+    }
+}
