@@ -1,0 +1,156 @@
+//! Starts the real `fleet` binary on a loopback port with a SQLite file in a temp dir,
+//! and talks to it over HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub const FLEET: &str = env!("CARGO_BIN_EXE_fleet");
+pub const ALL: &str = "compute:*:* @ *";
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    pub dir: TempDir,
+    http: reqwest::blocking::Client,
+    /// What the server printed on stdout before it listened (e.g. the demo token).
+    pub banner: Vec<String>,
+}
+
+impl Server {
+    /// `fleet serve` with extra flags, on an ephemeral port.
+    pub fn start(flags: &[&str]) -> Server {
+        Server::start_in(tempfile::tempdir().expect("a temp dir"), flags)
+    }
+
+    /// Starts on an existing directory (a restart keeps the database).
+    pub fn start_in(dir: TempDir, flags: &[&str]) -> Server {
+        let mut child = Command::new(FLEET)
+            .arg("--db")
+            .arg(dir.path().join("fleet.db"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .env("RUST_LOG", "fleet=warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("fleet starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut banner = Vec::new();
+        let base = loop {
+            let line = lines.next().expect("fleet prints its address before exiting").expect("stdout is text");
+            if let Some(address) = line.strip_prefix("fleet listening on ") {
+                break address.trim().to_owned();
+            }
+            banner.push(line);
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().expect("a client");
+        Server { child, base, dir, http, banner }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("fleet.db")
+    }
+
+    /// Runs `fleet admin ...` on this server's database and returns stdout.
+    pub fn admin(&self, args: &[&str]) -> String {
+        admin(&self.db_path(), args)
+    }
+
+    pub fn tenant(&self, tenant: &str) {
+        self.admin(&["tenant", "create", tenant]);
+    }
+
+    /// A new token; `grants` like `compute:fleet:admin @ compute-fleet`.
+    pub fn token(&self, tenant: &str, principal: &str, grants: &[&str]) -> String {
+        let mut args = vec!["token", "create", "--tenant", tenant, "--principal", principal];
+        for grant in grants {
+            args.extend(["--grant", grant]);
+        }
+        self.admin(&args).lines().last().expect("a token line").trim().to_owned()
+    }
+
+    /// A fresh tenant with an all-powerful token.
+    pub fn tenant_with_token(&self, tenant: &str) -> String {
+        self.tenant(tenant);
+        self.token(tenant, "alice", &[ALL])
+    }
+
+    /// POSTs a raw body to a path; returns the status and the JSON body.
+    pub fn raw(&self, token: Option<&str>, path: &str, body: impl Into<reqwest::blocking::Body>) -> (u16, Value) {
+        let mut request = self.http.post(format!("{}{path}", self.base)).body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().expect("a body");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    /// Calls `compute.<group>.<method>`, e.g. `call(token, "pools/create", json!({...}))`.
+    pub fn call(&self, token: &str, method: &str, body: Value) -> (u16, Value) {
+        self.raw(Some(token), &format!("/api/compute/{method}"), body.to_string())
+    }
+
+    /// Like `call`, and expects success.
+    pub fn ok(&self, token: &str, method: &str, body: Value) -> Value {
+        let (status, value) = self.call(token, method, body);
+        assert_eq!(status, 200, "{method} failed: {value}");
+        value
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let response = self.http.get(format!("{}{path}", self.base)).send().expect("the server answers");
+        (response.status().as_u16(), response.text().expect("a body"))
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops the server and returns its directory for a restart.
+    pub fn stop(mut self) -> TempDir {
+        self.kill();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn admin(db: &Path, args: &[&str]) -> String {
+    let output = Command::new(FLEET).arg("--db").arg(db).arg("admin").args(args).output().expect("fleet admin runs");
+    assert!(output.status.success(), "fleet admin {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("stdout is text")
+}
+
+/// The error code of an error body.
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+/// The paths of `details.problems`.
+pub fn problem_paths(body: &Value) -> Vec<String> {
+    body["error"]["details"]["problems"]
+        .as_array()
+        .map(|problems| problems.iter().map(|problem| problem["path"].as_str().unwrap_or_default().to_owned()).collect())
+        .unwrap_or_default()
+}
