@@ -1,5 +1,6 @@
 //! Builds the planner component: `guest/` for `wasm32-unknown-unknown`, encoded with
-//! wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds.
+//! wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds. The hostile
+//! test guest (`test-programs/hostile`) is built the same way, for the sandbox tests.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -14,18 +15,21 @@ fn main() -> Result<()> {
     let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    for watched in ["guest/src", "guest/Cargo.toml", "wit", "Cargo.lock"] {
+    for watched in ["guest/src", "guest/Cargo.toml", "test-programs/hostile", "wit", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
 
     ensure_wasm_target()?;
-    let module = build_guest(&workspace, &out_dir)?;
-    let component = wit_component::ComponentEncoder::default()
-        .module(&std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?)?
-        .validate(true)
-        .encode()
-        .context("encoding the planner component")?;
-    std::fs::write(out_dir.join("fleet_planner.wasm"), component)?;
+    let modules = build_guests(&workspace, &out_dir)?;
+    for (crate_name, component_name) in [("fleet_guest", "fleet_planner"), ("fleet_hostile_guest", "fleet_hostile")] {
+        let module = modules.join(format!("{crate_name}.wasm"));
+        let component = wit_component::ComponentEncoder::default()
+            .module(&std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?)?
+            .validate(true)
+            .encode()
+            .with_context(|| format!("encoding {component_name}"))?;
+        std::fs::write(out_dir.join(format!("{component_name}.wasm")), component)?;
+    }
     Ok(())
 }
 
@@ -51,14 +55,15 @@ fn ensure_wasm_target() -> Result<()> {
     Ok(())
 }
 
-/// Runs a nested cargo for the guest. It needs its own target dir (the outer build holds
-/// the lock of ours) and none of the outer build's flags or wrappers.
-fn build_guest(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
+/// Runs a nested cargo for the guests and returns the directory of their modules. It
+/// needs its own target dir (the outer build holds the lock of ours) and none of the
+/// outer build's flags or wrappers.
+fn build_guests(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = out_dir.join("guest-target");
     let status = Command::new(cargo)
         .current_dir(workspace)
-        .args(["build", "--release", "--locked", "-p", "fleet-guest", "--target", TARGET])
+        .args(["build", "--release", "--locked", "-p", "fleet-guest", "-p", "fleet-hostile-guest", "--target", TARGET])
         .arg("--target-dir")
         .arg(&target_dir)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -72,5 +77,5 @@ fn build_guest(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("building the guest for {TARGET} failed");
     }
-    Ok(target_dir.join(TARGET).join("release/fleet_guest.wasm"))
+    Ok(target_dir.join(TARGET).join("release"))
 }

@@ -24,6 +24,8 @@ pub struct Config {
     pub read_only: bool,
     pub body_limit: usize,
     pub budget: Budget,
+    /// Where the compiled planner is kept between runs; `None` compiles at every start.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -35,6 +37,7 @@ impl Config {
             read_only: false,
             body_limit: 16 << 20,
             budget: Budget::default(),
+            cache_dir: None,
         }
     }
 }
@@ -51,7 +54,7 @@ pub struct App {
 impl App {
     pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
         let db = db::open(&config.db_path)?;
-        let sandbox = Sandbox::new(sandbox::PLANNER, config.budget)?;
+        let sandbox = Sandbox::new(sandbox::PLANNER, config.budget, config.cache_dir.as_deref())?;
         let mut registry = Registry::default();
         for module in modules::ALL.into_iter().filter(|module| config.modules.contains(&module.kind)) {
             module.register(&mut registry);

@@ -54,6 +54,9 @@ struct Serve {
     /// The planner's memory cap per request, in MiB.
     #[arg(long, default_value_t = 256)]
     sandbox_memory_mib: usize,
+    /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
+    #[arg(long, env = "FLEET_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -132,6 +135,10 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     config.body_limit = serve.body_limit;
     config.budget.cpu = serve.sandbox_cpu;
     config.budget.memory_bytes = serve.sandbox_memory_mib << 20;
+    config.cache_dir = serve
+        .cache_dir
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("fleet")))
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&serve.listen)

@@ -2,12 +2,15 @@
 //! and a fresh `Store` per request with a CPU budget (epoch deadline), a memory cap, and
 //! the caller it serves. Host imports only ever see that caller's tenant.
 
+use std::hash::{Hash, Hasher};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fleet_guest::Kind;
 use serde_json::Value;
+use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
 
@@ -28,6 +31,13 @@ use compute::fleet::{methods, state, types};
 
 /// The planner component built by `build.rs`.
 pub const PLANNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_planner.wasm"));
+
+/// A hostile guest of the same world (`test-programs/hostile`), for the sandbox tests.
+#[cfg(test)]
+pub const HOSTILE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_hostile.wasm"));
+
+/// The largest result a guest may hand back.
+const MAX_OUTPUT: usize = 64 << 20;
 
 /// How often the epoch advances; the CPU budget is counted in these ticks.
 const TICK: Duration = Duration::from_millis(10);
@@ -102,9 +112,11 @@ pub enum Entry {
 }
 
 impl Sandbox {
-    pub fn new(component: &[u8], budget: Budget) -> anyhow::Result<Sandbox> {
+    /// Compiles `component` (or loads the artifact this host compiled before from
+    /// `cache_dir`) and pre-links it.
+    pub fn new(component: &[u8], budget: Budget, cache_dir: Option<&Path>) -> anyhow::Result<Sandbox> {
         let engine = engine(budget)?;
-        let component = Component::new(&engine, component)?;
+        let component = compile(&engine, component, cache_dir)?;
         let mut linker = Linker::new(&engine);
         FleetPlanner::add_to_linker::<Guest, HasSelf<Guest>>(&mut linker, |guest| guest)?;
         let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
@@ -141,6 +153,10 @@ impl Sandbox {
         let exhausted = store.data().limits.exhausted;
         let session = store.into_data().session;
         let result = match result {
+            Ok(Ok(output)) if output.len() > MAX_OUTPUT => Err(ApiError::new(
+                Code::ResourceExhausted,
+                format!("the planner's result is larger than {} MiB", MAX_OUTPUT >> 20),
+            )),
             Ok(Ok(output)) => match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
                 Ok(_) => Ok(output),
                 Err(error) => Err(ApiError::internal(format_args!("the planner returned invalid JSON: {error}"))),
@@ -171,6 +187,55 @@ fn engine(budget: Budget) -> anyhow::Result<Engine> {
             Ok(Engine::new(&config)?)
         }
     }
+}
+
+/// Compiling costs tens of milliseconds in release and seconds in debug builds, so the
+/// artifact is kept on disk, named by the component's hash and the engine's
+/// compatibility hash, with a checksum beside it. Only artifacts this host wrote, for
+/// this exact component and engine configuration, are ever loaded.
+fn compile(engine: &Engine, component: &[u8], cache_dir: Option<&Path>) -> anyhow::Result<Component> {
+    let Some(cache_dir) = cache_dir else {
+        return Ok(Component::new(engine, component)?);
+    };
+    let mut hasher = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let key = format!("{}-{:016x}", &sha256_hex(component)[..32], hasher.finish());
+    let artifact = cache_dir.join(format!("planner-{key}.cwasm"));
+    let checksum = artifact.with_extension("sha256");
+    if let (Ok(bytes), Ok(expected)) = (std::fs::read(&artifact), std::fs::read_to_string(&checksum))
+        && sha256_hex(&bytes) == expected.trim()
+    {
+        // SAFETY: wasmtime runs deserialized code as is. These bytes are an artifact
+        // this host serialized itself for this component and engine configuration (the
+        // file name), and they match the checksum it wrote beside them.
+        #[expect(unsafe_code, reason = "loading our own precompiled artifact")]
+        match unsafe { Component::deserialize(engine, &bytes) } {
+            Ok(component) => return Ok(component),
+            Err(error) => tracing::warn!(%error, path = %artifact.display(), "ignoring an unusable cached artifact"),
+        }
+    }
+    let compiled = Component::new(engine, component)?;
+    if let Err(error) = write_artifact(cache_dir, &artifact, &checksum, &compiled) {
+        tracing::warn!(%error, "cannot cache the compiled planner");
+    }
+    Ok(compiled)
+}
+
+fn write_artifact(cache_dir: &Path, artifact: &Path, checksum: &Path, component: &Component) -> anyhow::Result<()> {
+    std::fs::create_dir_all(cache_dir)?;
+    let bytes = component.serialize()?;
+    let unique = format!("{}.{}", std::process::id(), rand::random::<u64>());
+    let temporary = artifact.with_extension(format!("cwasm.{unique}"));
+    std::fs::write(&temporary, &bytes)?;
+    std::fs::rename(&temporary, artifact)?;
+    let temporary = checksum.with_extension(format!("sha256.{unique}"));
+    std::fs::write(&temporary, sha256_hex(&bytes))?;
+    std::fs::rename(&temporary, checksum)?;
+    Ok(())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(bytes))
 }
 
 /// A trap is never bad input: it is an exhausted budget or a bug.
@@ -404,3 +469,6 @@ impl Guest {
         method.run_in(&ctx, input)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -151,6 +151,8 @@ pub fn code(body: &Value) -> &str {
 pub fn problem_paths(body: &Value) -> Vec<String> {
     body["error"]["details"]["problems"]
         .as_array()
-        .map(|problems| problems.iter().map(|problem| problem["path"].as_str().unwrap_or_default().to_owned()).collect())
+        .map(|problems| {
+            problems.iter().map(|problem| problem["path"].as_str().unwrap_or_default().to_owned()).collect()
+        })
         .unwrap_or_default()
 }

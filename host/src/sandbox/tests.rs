@@ -1,0 +1,158 @@
+//! The sandbox against a purpose-built hostile guest, through the same code path as the
+//! planner: budgets end the request with RESOURCE_EXHAUSTED, traps with INTERNAL, forged
+//! calls are refused, and the host serves on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::app::Config;
+use crate::auth::Grant;
+
+struct Fixture {
+    app: Arc<App>,
+    hostile: Sandbox,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture(budget: Budget) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::new(Config::new(dir.path().join("fleet.db"))).unwrap();
+    let db = app.db.get().unwrap();
+    crate::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
+    crate::auth::create_tenant(&db, "other", "2026-11-30T00:00:00Z").unwrap();
+    let hostile = Sandbox::new(HOSTILE, budget, None).unwrap();
+    Fixture { app, hostile, _dir: dir }
+}
+
+fn caller(grants: &[&str]) -> Caller {
+    Caller {
+        tenant: "acme".into(),
+        principal: "mallory".into(),
+        grants: grants.iter().map(|grant| Grant::parse(grant).unwrap()).collect(),
+    }
+}
+
+impl Fixture {
+    fn run(&self, request: &str, caller: Caller, composite: bool) -> Result<String, ApiError> {
+        let session = Session { app: self.app.clone(), caller, db: self.app.db.get().unwrap(), composite };
+        self.hostile.call(session, Entry::Plan, request).1
+    }
+}
+
+fn small() -> Budget {
+    Budget { cpu: Duration::from_millis(200), memory_bytes: 32 << 20 }
+}
+
+#[test]
+fn an_endless_loop_runs_out_of_cpu_and_the_host_serves_on() {
+    let fixture = fixture(small());
+    let started = Instant::now();
+    let error = fixture.run("loop", caller(&[]), false).unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(error.message.contains("CPU"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    // A looping guest on one thread does not stop the real planner on another.
+    std::thread::scope(|scope| {
+        let looping = scope.spawn(|| fixture.run("loop", caller(&[]), false));
+        let session = Session {
+            app: fixture.app.clone(),
+            caller: caller(&[]),
+            db: fixture.app.db.get().unwrap(),
+            composite: false,
+        };
+        let (_, exported) = fixture.app.sandbox.call(session, Entry::Export, "{}");
+        assert!(exported.is_ok(), "{exported:?}");
+        assert_eq!(looping.join().unwrap().unwrap_err().code, Code::ResourceExhausted);
+    });
+}
+
+#[test]
+fn a_memory_bomb_runs_out_of_memory() {
+    let fixture = fixture(small());
+    let error = fixture.run("alloc", caller(&[]), false).unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(error.message.contains("memory"), "{error}");
+}
+
+#[test]
+fn a_huge_result_is_refused() {
+    let fixture = fixture(Budget { cpu: Duration::from_secs(30), memory_bytes: 256 << 20 });
+    let error = fixture.run(&format!("huge {}", MAX_OUTPUT + 1), caller(&[]), false).unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(fixture.run("huge 1024", caller(&[]), false).is_ok());
+}
+
+#[test]
+fn a_trap_is_internal_and_says_nothing_of_the_cause() {
+    let fixture = fixture(small());
+    let error = fixture.run("trap", caller(&[]), false).unwrap_err();
+    assert_eq!(error.code, Code::Internal);
+    assert!(!error.message.contains("unreachable"), "{error}");
+}
+
+#[test]
+fn the_guest_sees_only_the_callers_tenant() {
+    let fixture = fixture(small());
+    let db = fixture.app.db.get().unwrap();
+    let other = Caller {
+        tenant: "other".into(),
+        principal: "bob".into(),
+        grants: vec![Grant::parse("compute:*:*@*").unwrap()],
+    };
+    let ctx = Ctx { app: &fixture.app, caller: &other, db: &db };
+    let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
+    create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
+
+    let seen: Value = serde_json::from_str(&fixture.run("caller", caller(&[]), false).unwrap()).unwrap();
+    assert_eq!(seen, serde_json::json!({"tenant": "acme", "principal": "mallory", "sites": 0}));
+}
+
+#[test]
+fn forged_calls_are_refused() {
+    let fixture = fixture(small());
+    let everything = ["compute:*:* @ *"];
+    // Outside apply, nothing may be invoked.
+    let error = fixture.run("forge compute.sites.create {\"region\":\"x\"}", caller(&everything), false).unwrap_err();
+    assert_eq!(error.code, Code::Unsupported);
+    // Inside apply: no fleet methods, no reads, no unknown methods, no bad JSON.
+    for (request, code) in [
+        ("forge compute.fleet.apply {}", Code::NotFound),
+        ("forge compute.sites.list {}", Code::NotFound),
+        ("forge compute.nothing.create {}", Code::NotFound),
+        ("forge compute.sites.create {nope", Code::InvalidArgument),
+    ] {
+        let error = fixture.run(request, caller(&everything), true).unwrap_err();
+        assert_eq!(error.code, code, "{request}: {error}");
+    }
+    // Calls are authorized as the caller.
+    let error = fixture
+        .run("forge compute.sites.create {\"region\":\"x\"}", caller(&["compute:fleet:admin@compute-fleet"]), true)
+        .unwrap_err();
+    assert_eq!(error.code, Code::PermissionDenied);
+    assert_eq!(error.details.unwrap()["permission"], "compute:sites:write");
+}
+
+#[test]
+fn the_compiled_planner_is_cached_on_disk() {
+    let cache = tempfile::tempdir().unwrap();
+    let first = Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    drop(first);
+    let artifacts: Vec<_> = std::fs::read_dir(cache.path()).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(artifacts.len(), 2, "{artifacts:?}");
+    let artifact = artifacts.iter().find(|path| path.extension().unwrap() == "cwasm").unwrap();
+
+    let started = Instant::now();
+    Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    let cached = started.elapsed();
+
+    // A tampered artifact is not loaded: it is compiled again and rewritten.
+    let mut bytes = std::fs::read(artifact).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(artifact, &bytes).unwrap();
+    Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    assert_ne!(std::fs::read(artifact).unwrap(), bytes);
+    eprintln!("loading the cached planner took {cached:?}");
+}
