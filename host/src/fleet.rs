@@ -15,7 +15,7 @@ use crate::auth::{self, Caller};
 use crate::db::{self, Conn};
 use crate::events;
 use crate::registry::{Method, MethodKind, Registry};
-use crate::sandbox::{Entry, Session};
+use crate::sandbox::{Entry, Session, Source};
 
 pub fn register(registry: &mut Registry) {
     registry.register(
@@ -40,7 +40,7 @@ pub fn register(registry: &mut Registry) {
 /// around the whole guest call, so the tables it reads agree with each other.
 pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, request: &str) -> Result<String, ApiError> {
     db.execute_batch("BEGIN DEFERRED")?;
-    let session = Session { app: app.clone(), caller, db, composite: false };
+    let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: false };
     let (session, result) = app.sandbox.call(session, entry, request);
     session.db.execute_batch("COMMIT")?;
     result
@@ -100,7 +100,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String
     let db = app.db.get()?;
     db.execute_batch("BEGIN IMMEDIATE")?;
     request.insert("planHash".into(), Value::String(plan_hash));
-    let session = Session { app: app.clone(), caller, db, composite: true };
+    let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: true };
     let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());
     let recorded = result.and_then(|output| {
         let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;

@@ -14,6 +14,7 @@ pub mod reconciler;
 pub mod registry;
 pub mod sandbox;
 pub mod server;
+pub mod state;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fleet_guest::Kind;
+use fleet_guest::{Kind, Snapshot};
 use serde_json::Value;
 use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -18,7 +18,6 @@ use crate::api::{ApiError, Code};
 use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::db::Conn;
-use crate::modules::{self, Object};
 use crate::registry::{Ctx, MethodKind};
 
 wasmtime::component::bindgen!({
@@ -74,6 +73,7 @@ pub struct Session {
     pub app: Arc<App>,
     pub caller: Caller,
     pub db: Conn,
+    pub source: Source,
     /// Whether `methods.invoke` may run mutations (only inside apply's transaction).
     pub composite: bool,
 }
@@ -303,13 +303,26 @@ fn into_wit_error(error: ApiError) -> types::Error {
 
 // ---- the module adapters -------------------------------------------------------------
 
+/// Where the state the guest reads comes from.
+pub enum Source {
+    /// The caller's tenant in the database, one table per import call.
+    Database,
+    /// A fixed snapshot (golden cases, benchmarks); each table is handed over once.
+    Snapshot(Box<Snapshot>),
+}
+
 impl Guest {
-    /// The tenant's table of a kind; empty when this deployment does not run its module.
-    fn table(&self, kind: Kind) -> wasmtime::Result<Vec<Object>> {
-        if !self.session.app.runs(kind) {
-            return Ok(Vec::new());
+    /// Reads one table: from the snapshot, or from the database as the caller's tenant.
+    fn read<T>(
+        &mut self,
+        from_snapshot: impl FnOnce(&mut Snapshot) -> Vec<T>,
+        from_database: impl FnOnce(&App, &rusqlite::Connection, &str) -> Result<Vec<T>, ApiError>,
+    ) -> wasmtime::Result<Vec<T>> {
+        let session = &mut self.session;
+        match &mut session.source {
+            Source::Snapshot(snapshot) => Ok(from_snapshot(snapshot)),
+            Source::Database => Ok(from_database(&session.app, &session.db, &session.caller.tenant)?),
         }
-        Ok(modules::load_all(&self.session.db, modules::of(kind), &self.session.caller.tenant)?)
     }
 }
 
@@ -324,6 +337,10 @@ fn wit_kind(kind: Kind) -> types::Kind {
     }
 }
 
+fn pairs(map: fleet_guest::state::StringMap) -> Vec<(String, String)> {
+    map.into_iter().collect()
+}
+
 impl types::Host for Guest {}
 
 impl state::Host for Guest {
@@ -333,102 +350,110 @@ impl state::Host for Guest {
     }
 
     fn modules(&mut self) -> wasmtime::Result<Vec<types::Kind>> {
-        Ok(Kind::ALL.into_iter().filter(|kind| self.session.app.runs(*kind)).map(wit_kind).collect())
+        let kinds = match &self.session.source {
+            Source::Snapshot(snapshot) => snapshot.modules.clone(),
+            Source::Database => Kind::ALL.into_iter().filter(|kind| self.session.app.runs(*kind)).collect(),
+        };
+        Ok(kinds.into_iter().map(wit_kind).collect())
     }
 
     fn sites(&mut self) -> wasmtime::Result<Vec<state::Site>> {
-        let rows = self.table(Kind::Site)?;
+        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.sites), crate::state::sites)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|site| state::Site {
-                id: site.key.clone(),
-                region: site.text("region").into(),
-                description: site.text("description").into(),
-                labels: site.pairs("labels"),
+                id: site.id,
+                region: site.region,
+                description: site.description,
+                labels: pairs(site.labels),
             })
             .collect())
     }
 
     fn provider_accounts(&mut self) -> wasmtime::Result<Vec<state::ProviderAccount>> {
-        let rows = self.table(Kind::ProviderAccount)?;
+        let rows =
+            self.read(|snapshot| std::mem::take(&mut snapshot.provider_accounts), crate::state::provider_accounts)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|account| state::ProviderAccount {
-                id: account.key.clone(),
-                provider: account.text("provider").into(),
-                credentials_ref: account.text("credentialsRef").into(),
-                settings: account.pairs("settings"),
+                id: account.id,
+                provider: account.provider,
+                credentials_ref: account.credentials_ref,
+                settings: pairs(account.settings),
             })
             .collect())
     }
 
     fn pools(&mut self) -> wasmtime::Result<Vec<state::Pool>> {
-        let rows = self.table(Kind::Pool)?;
+        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.pools), crate::state::pools)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|pool| state::Pool {
-                id: pool.key.clone(),
-                site: pool.text("site").into(),
-                account: pool.text("account").into(),
-                class: pool.text("class").into(),
-                owner: pool.text("owner").into(),
-                vcpus: pool.count("vcpus"),
-                memory_mib: pool.count("memoryMib"),
-                gpus: pool.count("gpus"),
-                labels: pool.pairs("labels"),
+                id: pool.id,
+                site: pool.site,
+                account: pool.account,
+                class: pool.class,
+                owner: pool.owner,
+                vcpus: pool.vcpus,
+                memory_mib: pool.memory_mib,
+                gpus: pool.gpus,
+                labels: pairs(pool.labels),
                 archived: pool.archived,
             })
             .collect())
     }
 
     fn owner_quotas(&mut self) -> wasmtime::Result<Vec<state::OwnerQuota>> {
-        let rows = self.table(Kind::OwnerQuota)?;
+        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.owner_quotas), crate::state::owner_quotas)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|quota| state::OwnerQuota {
-                owner: quota.key.clone(),
-                vcpus: quota.count("vcpus"),
-                memory_mib: quota.count("memoryMib"),
-                gpus: quota.count("gpus"),
-                instances: quota.count("instances"),
+                owner: quota.owner,
+                vcpus: quota.vcpus,
+                memory_mib: quota.memory_mib,
+                gpus: quota.gpus,
+                instances: quota.instances,
             })
             .collect())
     }
 
     fn offers(&mut self) -> wasmtime::Result<Vec<state::Offer>> {
-        let rows = self.table(Kind::Offer)?;
+        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.offers), crate::state::offers)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|offer| state::Offer {
-                id: offer.key.clone(),
-                pool: offer.text("pool").into(),
-                to_owner: offer.text("to").into(),
-                vcpus: offer.count("vcpus"),
-                memory_mib: offer.count("memoryMib"),
-                gpus: offer.count("gpus"),
+                id: offer.id,
+                pool: offer.pool,
+                to_owner: offer.to,
+                vcpus: offer.vcpus,
+                memory_mib: offer.memory_mib,
+                gpus: offer.gpus,
             })
             .collect())
     }
 
     fn flavors(&mut self) -> wasmtime::Result<Vec<state::Flavor>> {
-        let rows = self.table(Kind::Flavor)?;
+        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.flavors), crate::state::flavors)?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|flavor| state::Flavor {
-                id: flavor.key.clone(),
-                pool: flavor.text("pool").into(),
-                vcpus: flavor.count("vcpus"),
-                memory_mib: flavor.count("memoryMib"),
-                gpus: flavor.count("gpus"),
-                disk_gib: flavor.count("diskGib"),
+                id: flavor.id,
+                pool: flavor.pool,
+                vcpus: flavor.vcpus,
+                memory_mib: flavor.memory_mib,
+                gpus: flavor.gpus,
+                disk_gib: flavor.disk_gib,
                 archived: flavor.archived,
             })
             .collect())
     }
 
     fn bindings(&mut self) -> wasmtime::Result<Vec<state::Binding>> {
-        let bindings = crate::fleet::bindings(&self.session.db, &self.session.caller.tenant)?;
-        Ok(bindings
+        let rows = self.read(
+            |snapshot| std::mem::take(&mut snapshot.bindings),
+            |_, db, tenant| crate::fleet::bindings(db, tenant),
+        )?;
+        Ok(rows
             .into_iter()
             .map(|binding| state::Binding { kind: wit_kind(binding.kind), name: binding.name, id: binding.id })
             .collect())

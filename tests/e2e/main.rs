@@ -1,5 +1,6 @@
 //! End-to-end tests: each starts the real `fleet` binary on 127.0.0.1 with a SQLite
 //! file in a temp dir.
 
+mod fleet;
 mod foundation;
 mod support;

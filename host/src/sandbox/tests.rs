@@ -35,7 +35,13 @@ fn caller(grants: &[&str]) -> Caller {
 
 impl Fixture {
     fn run(&self, request: &str, caller: Caller, composite: bool) -> Result<String, ApiError> {
-        let session = Session { app: self.app.clone(), caller, db: self.app.db.get().unwrap(), composite };
+        let session = Session {
+            app: self.app.clone(),
+            caller,
+            db: self.app.db.get().unwrap(),
+            source: Source::Database,
+            composite,
+        };
         self.hostile.call(session, Entry::Plan, request).1
     }
 }
@@ -60,6 +66,7 @@ fn an_endless_loop_runs_out_of_cpu_and_the_host_serves_on() {
             app: fixture.app.clone(),
             caller: caller(&[]),
             db: fixture.app.db.get().unwrap(),
+            source: Source::Database,
             composite: false,
         };
         let (_, exported) = fixture.app.sandbox.call(session, Entry::Export, "{}");

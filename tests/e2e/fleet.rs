@@ -1,0 +1,383 @@
+//! The fleet group end to end: export, plan, apply, status, drift and events, against
+//! the real binary.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{ALL, Server, code};
+
+const ADMIN: &str = "compute:fleet:admin @ compute-fleet";
+
+pub fn estate() -> Value {
+    json!({
+        "sites": {"eu-west": {"region": "eu-west-1", "labels": {"tier": "prod"}}},
+        "providerAccounts": {"aws-main": {"provider": "aws", "credentialsRef": "vault:aws/main"}},
+        "pools": {"gpu-a": {"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml",
+                            "vcpus": 512, "memoryMib": 2097152, "gpus": 64}},
+        "ownerQuotas": {"team-ml": {"vcpus": 256, "memoryMib": 1048576, "gpus": 32, "instances": 100}},
+        "offers": {"ml-to-research": {"pool": "gpu-a", "to": "team-research", "vcpus": 64, "gpus": 8}},
+        "flavors": {"g1-large": {"pool": "gpu-a", "vcpus": 8, "memoryMib": 65536, "gpus": 1, "diskGib": 100}}
+    })
+}
+
+/// A document with `pools` pools, each with a flavor and an offer, on a few sites.
+pub fn large_estate(pools: usize) -> Value {
+    let mut document = json!({
+        "sites": {"site-a": {"region": "eu-west-1"}, "site-b": {"region": "us-east-1"}},
+        "providerAccounts": {"acct-a": {"provider": "aws"}, "acct-b": {"provider": "gcp"}},
+        "pools": {}, "ownerQuotas": {}, "offers": {}, "flavors": {}
+    });
+    for index in 0..pools {
+        let pool = format!("pool-{index}");
+        let site = if index % 2 == 0 { "site-a" } else { "site-b" };
+        let account = if index % 3 == 0 { "acct-a" } else { "acct-b" };
+        document["pools"][&pool] = json!({"site": site, "account": account, "class": "gpu",
+                                          "owner": format!("team-{}", index % 50), "vcpus": 64, "gpus": 8});
+        document["flavors"][format!("flavor-{index}")] = json!({"pool": pool, "vcpus": 8, "gpus": 1});
+        document["offers"][format!("offer-{index}")] = json!({"pool": pool, "to": "team-shared", "vcpus": 8});
+    }
+    for team in 0..50 {
+        document["ownerQuotas"][format!("team-{team}")] = json!({"vcpus": 1024, "instances": 10});
+    }
+    document
+}
+
+fn count(server: &Server, token: &str, group: &str) -> usize {
+    server.ok(token, &format!("{group}/list"), json!({}))["items"].as_array().unwrap().len()
+}
+
+fn counts(server: &Server, token: &str) -> Vec<usize> {
+    ["sites", "accounts", "pools", "quotas", "offers", "flavors"]
+        .iter()
+        .map(|group| count(server, token, group))
+        .collect()
+}
+
+#[test]
+fn apply_then_export_status_and_reapply() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+
+    let plan = server.ok(&token, "fleet/plan", json!({"document": estate()}));
+    assert_eq!(plan["summary"]["create"], 6);
+    assert_eq!(plan["calls"].as_array().unwrap().len(), 6);
+    assert!(plan["planHash"].as_str().unwrap().starts_with("sha256:"));
+    // Planning changes nothing and is deterministic.
+    assert_eq!(counts(&server, &token), [0; 6]);
+    assert_eq!(server.ok(&token, "fleet/plan", json!({"document": estate()})), plan);
+
+    let applied = server.ok(&token, "fleet/apply", json!({"document": estate(), "planHash": plan["planHash"]}));
+    assert_eq!(applied["applied"], 6);
+    assert_eq!(applied["plan"], plan);
+    assert_eq!(counts(&server, &token), [1; 6]);
+    let pool = &server.ok(&token, "pools/list", json!({}))["items"][0];
+    assert_eq!(pool["id"], plan["calls"][2]["input"]["id"]);
+
+    let status = server.ok(&token, "fleet/status", json!({}));
+    assert_eq!(status["applied"]["planHash"], plan["planHash"]);
+    assert_eq!(status["applied"]["appliedBy"], "alice");
+    assert_eq!(status["applied"]["calls"], 6);
+    assert_eq!(status["applied"]["prune"], false);
+    assert!(status["applied"]["appliedAt"].as_str().unwrap().ends_with('Z'));
+    assert!(status.get("drift").is_none());
+
+    let exported = server.ok(&token, "fleet/export", json!({}));
+    assert_eq!(exported["missing"], json!([]));
+    assert_eq!(exported["document"]["pools"]["gpu-a"]["site"], "eu-west");
+    let replanned = server.ok(&token, "fleet/plan", json!({"document": exported["document"]}));
+    assert_eq!(replanned["calls"], json!([]));
+
+    let again = server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    assert_eq!(again["applied"], 0);
+    assert_eq!(counts(&server, &token), [1; 6]);
+}
+
+#[test]
+fn a_wrong_hash_is_config_drift_and_changes_nothing() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let (status, body) = server.call(&token, "fleet/apply", json!({"document": estate(), "planHash": wrong}));
+    assert_eq!((status, code(&body)), (409, "CONFIG_DRIFT"));
+    assert_eq!(body["error"]["details"]["expected"], wrong);
+    assert!(body["error"]["details"]["actual"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(counts(&server, &token), [0; 6]);
+    assert!(server.ok(&token, "fleet/status", json!({})).get("applied").is_none());
+}
+
+#[test]
+fn apply_authorizes_every_call_as_the_caller() {
+    let server = Server::start(&[]);
+    server.tenant("acme");
+    let admin_only = server.token("acme", "ci-bot", &[ADMIN]);
+    let plan = server.ok(&admin_only, "fleet/plan", json!({"document": estate()}));
+    assert_eq!(plan["summary"]["create"], 6);
+    let (status, body) = server.call(&admin_only, "fleet/apply", json!({"document": estate()}));
+    assert_eq!((status, code(&body)), (403, "PERMISSION_DENIED"));
+    assert_eq!(body["error"]["details"]["permission"], "compute:sites:write");
+    assert_eq!(body["error"]["details"]["scope"], "compute-sites");
+
+    let reader = server.token("acme", "reader", &["compute:*:read @ *"]);
+    assert_eq!(counts(&server, &reader), [0; 6]);
+    // With write grants on every module it goes through.
+    let writer = server.token("acme", "writer", &[ADMIN, "compute:*:write @ *"]);
+    assert_eq!(server.ok(&writer, "fleet/apply", json!({"document": estate()}))["applied"], 6);
+}
+
+#[test]
+fn blocked_plans_are_refused_with_invalid_state() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let mut document = estate();
+    document["pools"]["gpu-a"]["site"] = json!("nowhere");
+    let (status, body) = server.call(&token, "fleet/apply", json!({"document": document}));
+    assert_eq!((status, code(&body)), (409, "INVALID_STATE"));
+    let blocked = body["error"]["details"]["blocked"].as_array().unwrap();
+    assert_eq!(blocked[0]["kind"], "pool");
+    assert_eq!(blocked[0]["key"], "gpu-a");
+    assert_eq!(blocked[0]["field"], "site");
+    assert_eq!(counts(&server, &token), [0; 6]);
+
+    // Changing an immutable field after an apply is blocked too.
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let mut document = estate();
+    document["pools"]["gpu-a"]["class"] = json!("cpu");
+    let (status, body) = server.call(&token, "fleet/apply", json!({"document": document}));
+    assert_eq!((status, code(&body)), (409, "INVALID_STATE"));
+    assert_eq!(body["error"]["details"]["blocked"][0]["field"], "class");
+}
+
+#[test]
+fn invalid_documents_list_every_problem() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let document = json!({"pools": {"gpu-a": {"site": "eu-west", "vcpus": -1, "extra": 1}}, "nonsense": {}});
+    let (status, body) = server.call(&token, "fleet/plan", json!({"document": document}));
+    assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"));
+    let paths = crate::support::problem_paths(&body);
+    for path in ["/pools/gpu-a/vcpus", "/pools/gpu-a/extra", "/pools/gpu-a/account", "/nonsense"] {
+        assert!(paths.iter().any(|found| found == path), "{path} missing from {paths:?}");
+    }
+    let (status, body) = server.call(&token, "fleet/plan", json!({"document": {}, "bogus": true}));
+    assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"));
+}
+
+#[test]
+fn prune_then_re_add() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+
+    let mut smaller = estate();
+    smaller["flavors"] = json!({});
+    smaller["offers"] = json!({});
+    let kept = server.ok(&token, "fleet/apply", json!({"document": smaller}));
+    assert_eq!(kept["applied"], 0, "without prune nothing is removed");
+
+    let pruned = server.ok(&token, "fleet/apply", json!({"document": smaller, "prune": true}));
+    assert_eq!(pruned["plan"]["summary"]["delete"], 2);
+    assert_eq!(counts(&server, &token), [1, 1, 1, 1, 0, 0]);
+    assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["prune"], true);
+
+    let readded = server.ok(&token, "fleet/apply", json!({"document": estate(), "prune": true}));
+    assert_eq!(readded["plan"]["summary"]["create"], 2);
+    assert_eq!(counts(&server, &token), [1; 6]);
+
+    // Pruning the pools archives them; naming them again restores them.
+    let archived = server.ok(&token, "fleet/apply", json!({"document": {"sites": estate()["sites"]}, "prune": true}));
+    assert_eq!(archived["plan"]["summary"]["archive"], 1);
+    assert_eq!(server.ok(&token, "pools/list", json!({}))["items"][0]["archived"], true);
+    let restored = server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    assert_eq!(restored["plan"]["summary"]["restore"], 1);
+    assert_eq!(server.ok(&token, "pools/list", json!({}))["items"][0]["archived"], false);
+}
+
+#[test]
+fn read_only_hosts_answer_apply_with_unsupported() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let dir = server.stop();
+
+    let server = Server::start_in(dir, &["--read-only"]);
+    let (status, body) = server.call(&token, "fleet/apply", json!({"document": estate()}));
+    assert_eq!((status, code(&body)), (501, "UNSUPPORTED"));
+    let (status, body) = server.call(&token, "sites/create", json!({"region": "x"}));
+    assert_eq!((status, code(&body)), (501, "UNSUPPORTED"));
+    assert_eq!(server.ok(&token, "fleet/plan", json!({"document": estate()}))["calls"], json!([]));
+    assert!(server.ok(&token, "fleet/export", json!({}))["document"]["pools"]["gpu-a"].is_object());
+    assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["calls"], 6);
+}
+
+#[test]
+fn modules_not_run_are_missing_and_blocked() {
+    let server = Server::start(&["--modules", "sites,accounts,pools"]);
+    let token = server.tenant_with_token("acme");
+    let exported = server.ok(&token, "fleet/export", json!({}));
+    assert_eq!(exported["missing"], json!(["ownerQuotas", "offers", "flavors"]));
+    let (status, body) = server.call(&token, "offers/list", json!({}));
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"));
+    let plan = server.ok(&token, "fleet/plan", json!({"document": estate()}));
+    assert_eq!(plan["summary"]["create"], 3);
+    assert_eq!(plan["summary"]["blocked"], 3);
+    let (status, _) = server.call(&token, "fleet/apply", json!({"document": estate()}));
+    assert_eq!(status, 409);
+}
+
+#[test]
+fn concurrent_applies_never_duplicate() {
+    let server = Server::start(&[]);
+    server.tenant("acme");
+    let alice = server.token("acme", "alice", &[ALL]);
+    let bob = server.token("acme", "bob", &[ALL]);
+    let mut other = estate();
+    other["pools"]["gpu-a"]["gpus"] = json!(32);
+    other["flavors"]["g1-small"] = json!({"pool": "gpu-a", "vcpus": 2});
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..6)
+            .map(|index| {
+                let (server, token) = (&server, if index % 2 == 0 { &alice } else { &bob });
+                let document = if index % 3 == 0 { other.clone() } else { estate() };
+                scope.spawn(move || server.call(token, "fleet/apply", json!({"document": document})))
+            })
+            .collect();
+        for run in runs {
+            let (status, body) = run.join().unwrap();
+            assert!(status == 200 || code(&body) == "CONFIG_DRIFT", "{status} {body}");
+        }
+    });
+    let token = &alice;
+    assert_eq!(count(&server, token, "sites"), 1);
+    assert_eq!(count(&server, token, "accounts"), 1);
+    assert_eq!(count(&server, token, "pools"), 1);
+    assert_eq!(count(&server, token, "offers"), 1);
+    let flavors = count(&server, token, "flavors");
+    assert!(flavors == 1 || flavors == 2, "{flavors} flavors");
+    // Whatever won, the estate equals the last applied document.
+    let status = server.ok(token, "fleet/status", json!({}));
+    assert!(status["applied"].is_object());
+    let exported = server.ok(token, "fleet/export", json!({}));
+    let gpus = &exported["document"]["pools"]["gpu-a"]["gpus"];
+    assert!(gpus == 64 || gpus == 32);
+}
+
+fn wait_for_events(server: &Server, token: &str, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = server.ok(token, "events/list", json!({}))["events"].as_array().unwrap().clone();
+        if events.len() >= count || Instant::now() > deadline {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn drift_is_detected_and_converges_with_one_event_each() {
+    let server = Server::start(&["--drift-interval", "300ms"]);
+    let token = server.tenant_with_token("acme");
+    let neighbour = server.tenant_with_token("neighbour");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let pool = server.ok(&token, "pools/list", json!({}))["items"][0].clone();
+
+    server.ok(&token, "pools/update", json!({"id": pool["id"], "gpus": 63}));
+    let events = wait_for_events(&server, &token, 1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "fleet.drifted");
+    assert_eq!(events[0]["tenant"], "acme");
+    assert!(events[0]["data"]["planHash"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(events[0]["data"]["summary"]["update"], 1);
+    let status = server.ok(&token, "fleet/status", json!({}));
+    assert_eq!(status["drift"]["summary"]["update"], 1);
+    assert!(status["drift"]["checkedAt"].is_string());
+
+    // Still drifted the same way: no second event.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(server.ok(&token, "events/list", json!({}))["events"].as_array().unwrap().len(), 1);
+
+    server.ok(&token, "pools/update", json!({"id": pool["id"], "gpus": 64}));
+    let events = wait_for_events(&server, &token, 2);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[1]["type"], "fleet.converged");
+    assert!(events[1]["seq"].as_i64() > events[0]["seq"].as_i64());
+    assert!(server.ok(&token, "fleet/status", json!({})).get("drift").is_none());
+
+    let after = server.ok(&token, "events/list", json!({"after": events[0]["seq"]}))["events"].clone();
+    assert_eq!(after.as_array().unwrap().len(), 1);
+    assert_eq!(server.ok(&neighbour, "events/list", json!({}))["events"], json!([]));
+}
+
+#[test]
+fn an_apply_resets_drift_to_converged() {
+    let server = Server::start(&["--drift-interval", "300ms"]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let pool = server.ok(&token, "pools/list", json!({}))["items"][0].clone();
+    server.ok(&token, "pools/update", json!({"id": pool["id"], "vcpus": 1}));
+    assert_eq!(wait_for_events(&server, &token, 1)[0]["type"], "fleet.drifted");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let events = server.ok(&token, "events/list", json!({}))["events"].clone();
+    assert_eq!(events[1]["type"], "fleet.converged", "{events}");
+    assert!(server.ok(&token, "fleet/status", json!({})).get("drift").is_none());
+}
+
+#[test]
+fn a_10k_object_document_plans_over_http() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let document = large_estate(3300);
+    let plan = server.ok(&token, "fleet/plan", json!({"document": document}));
+    let objects = 4 + 3 * 3300 + 50;
+    assert_eq!(plan["summary"]["create"], objects);
+    assert_eq!(plan["calls"].as_array().unwrap().len(), objects);
+    assert_eq!(plan["blocked"], json!([]));
+}
+
+#[test]
+fn a_killed_apply_leaves_all_or_nothing() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let document = large_estate(1500);
+    let body = json!({"document": document}).to_string();
+    let base = server.base.clone();
+    let sender = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::new();
+            let _ = client.post(format!("{base}/api/compute/fleet/apply")).bearer_auth(token).body(body).send();
+        })
+    };
+    // Let the apply get going, then kill the server mid-flight.
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = server.pid();
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    let _ = sender.join();
+    let dir = server.stop();
+
+    let server = Server::start_in(dir, &[]);
+    let pools = count(&server, &token, "pools");
+    let status = server.ok(&token, "fleet/status", json!({}));
+    if pools == 0 {
+        assert_eq!(counts(&server, &token), [0; 6]);
+        assert!(status.get("applied").is_none(), "{status}");
+    } else {
+        assert_eq!(counts(&server, &token), [2, 2, 1500, 50, 1500, 1500]);
+        assert_eq!(status["applied"]["calls"], 4 + 3 * 1500 + 50);
+    }
+}
+
+#[test]
+fn the_demo_serves_a_token_and_an_estate() {
+    let server = Server::start(&["--demo"]);
+    let token_line = server.banner.iter().find(|line| line.contains("FLEET_TOKEN=")).expect("a token line");
+    let token = token_line.split('=').nth(1).unwrap().trim();
+    let exported = server.ok(token, "fleet/export", json!({}));
+    assert!(exported["document"]["pools"]["gpu-a"].is_object(), "{exported}");
+    assert_eq!(
+        server.ok(token, "fleet/plan", json!({"document": exported["document"], "prune": true}))["calls"],
+        json!([])
+    );
+    assert_eq!(server.ok(token, "fleet/status", json!({}))["applied"]["appliedBy"], "demo-admin");
+}
