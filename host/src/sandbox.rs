@@ -497,3 +497,6 @@ impl Guest {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod golden;

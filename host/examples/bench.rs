@@ -1,0 +1,303 @@
+//! The performance benchmark: `cargo run --release -p fleet --example bench -- --objects 10000 [--json]`.
+//!
+//! Everything is measured in one run on one machine: the planner natively and as a
+//! component on the same state snapshot, a bare instantiate-and-call, plans and a small
+//! plan's throughput over HTTP against the real server in this process, a bare hyper
+//! handler as the throughput ceiling, a large apply, and the peak resident memory.
+//! Times are medians (p50) over repeated runs.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use bytes::Bytes;
+use clap::Parser;
+use fleet::auth::{self, Caller};
+use fleet::sandbox::{Entry, Session, Source};
+use fleet::{App, Config};
+use fleet_guest::Snapshot;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+struct Args {
+    /// Objects in the large document (sites, accounts, pools, quotas, offers, flavors).
+    #[arg(long, default_value_t = 10_000)]
+    objects: usize,
+    /// Repetitions of each timed plan.
+    #[arg(long, default_value_t = 9)]
+    runs: usize,
+    /// Seconds of load for each throughput figure.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Concurrent connections for the throughput figures.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A document of about `objects` objects: per pool one flavor and one offer.
+fn document(objects: usize) -> Value {
+    let pools = objects.saturating_sub(4 + 50) / 3;
+    let mut document = json!({
+        "sites": {"site-a": {"region": "eu-west-1"}, "site-b": {"region": "us-east-1"}},
+        "providerAccounts": {"acct-a": {"provider": "aws"}, "acct-b": {"provider": "gcp"}},
+        "pools": {}, "ownerQuotas": {}, "offers": {}, "flavors": {}
+    });
+    for index in 0..pools {
+        let pool = format!("pool-{index}");
+        document["pools"][&pool] = json!({"site": if index % 2 == 0 { "site-a" } else { "site-b" },
+            "account": if index % 3 == 0 { "acct-a" } else { "acct-b" }, "class": "gpu",
+            "owner": format!("team-{}", index % 50), "vcpus": 64, "memoryMib": 262144, "gpus": 8,
+            "labels": {"rack": format!("r{}", index % 40)}});
+        document["flavors"][format!("flavor-{index}")] =
+            json!({"pool": pool, "vcpus": 8, "memoryMib": 32768, "gpus": 1, "diskGib": 100});
+        document["offers"][format!("offer-{index}")] = json!({"pool": pool, "to": "team-shared", "vcpus": 8});
+    }
+    for team in 0..50 {
+        document["ownerQuotas"][format!("team-{team}")] = json!({"vcpus": 1024, "memoryMib": 4194304, "instances": 10});
+    }
+    document
+}
+
+fn count(document: &Value) -> usize {
+    document
+        .as_object()
+        .map(|sections| sections.values().filter_map(Value::as_object).map(|section| section.len()).sum())
+        .unwrap_or(0)
+}
+
+/// The same document with one pool in a hundred changed, so the plan has work to show.
+fn changed(document: &Value) -> Value {
+    let mut changed = document.clone();
+    if let Some(pools) = changed["pools"].as_object_mut() {
+        for (index, pool) in pools.values_mut().enumerate() {
+            if index % 100 == 0 {
+                pool["gpus"] = json!(16);
+            }
+        }
+    }
+    changed
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn time<T>(runs: usize, mut work: impl FnMut() -> T) -> Duration {
+    median(
+        (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                std::hint::black_box(work());
+                started.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Requests per second of `connections` clients posting `body` to `url` for `seconds`.
+async fn throughput(url: String, token: Option<String>, body: String, connections: usize, seconds: u64) -> Result<f64> {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).build()?;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let mut request = client.post(&url).body(body.clone());
+                if let Some(token) = &token {
+                    request = request.bearer_auth(token);
+                }
+                let response = request.send().await?;
+                if !response.status().is_success() {
+                    bail!("{url} answered {}", response.status());
+                }
+                response.bytes().await?;
+                done += 1;
+            }
+            Ok(done)
+        }));
+    }
+    let mut total = 0;
+    for worker in workers {
+        total += worker.await??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// A bare hyper handler: the ceiling for requests per second on this machine.
+async fn hello_server() -> Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|_request| async {
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"hello"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(format!("http://{address}/"))
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut config = Config::new(dir.path().join("bench.db"));
+    config.budget.cpu = Duration::from_secs(60);
+    config.budget.memory_bytes = 1 << 30;
+    let app = App::new(config)?;
+    let token = {
+        let db = app.db.get()?;
+        auth::create_tenant(&db, "bench", "2026-11-30T00:00:00Z")?;
+        auth::create_token(&db, "bench", "alice", &["compute:*:* @ *".to_owned()], "2026-11-30T00:00:00Z")?
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(fleet::serve(app.clone(), listener, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let post = |method: &'static str, body: Value| {
+        let (http, base, token) = (http.clone(), base.clone(), token.clone());
+        async move {
+            let response =
+                http.post(format!("{base}/api/compute/fleet/{method}")).bearer_auth(token).json(&body).send().await?;
+            let status = response.status();
+            let text = response.text().await?;
+            if !status.is_success() {
+                bail!("{method} failed: {text}");
+            }
+            Ok::<Value, anyhow::Error>(serde_json::from_str(&text)?)
+        }
+    };
+
+    // The large apply: the estate is created through the real path.
+    let document = document(args.objects);
+    let objects = count(&document);
+    let started = Instant::now();
+    let applied = post("apply", json!({"document": document})).await?;
+    let apply = started.elapsed();
+    if applied["applied"].as_u64() != Some(objects as u64) {
+        bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
+    }
+
+    // Native and component planner on the same snapshot.
+    let changed = changed(&document);
+    let request = json!({"document": changed}).to_string();
+    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: Vec::new() };
+    let snapshot: Snapshot = {
+        let (app, caller) = (app.clone(), caller.clone());
+        tokio::task::spawn_blocking(move || fleet::state::snapshot(&app, &*app.db.get()?, &caller)).await??
+    };
+    let native_plan = time(args.runs, || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len()));
+    let plan_in_sandbox = |source: Snapshot, entry: Entry, request: &str| -> Result<String> {
+        let session = Session {
+            app: app.clone(),
+            caller: caller.clone(),
+            db: app.db.get()?,
+            source: Source::Snapshot(Box::new(source)),
+            composite: false,
+        };
+        app.sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
+    };
+    let native_output = fleet_guest::plan(&snapshot, &request).map_err(|error| anyhow::anyhow!("{error}"))?;
+    if plan_in_sandbox(snapshot.clone(), Entry::Plan, &request)? != native_output {
+        bail!("the component's plan differs from the native plan");
+    }
+    let wasm_plan = time(args.runs, || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request));
+
+    // Instantiate + an (almost) empty call: export of an empty estate.
+    let empty: Snapshot = serde_json::from_value(json!({"caller": {"tenant": "bench", "principal": "alice"}}))?;
+    let instantiate = time(2001, || plan_in_sandbox(empty.clone(), Entry::Export, "{}"));
+
+    // Over HTTP, against the database.
+    let mut samples = Vec::new();
+    for _ in 0..args.runs {
+        let started = Instant::now();
+        let plan = post("plan", json!({"document": changed})).await?;
+        samples.push(started.elapsed());
+        std::hint::black_box(plan);
+    }
+    let http_plan = median(samples);
+
+    let small = json!({"document": {"pools": {"pool-1": document["pools"]["pool-1"]}, "sites": {"site-b": document["sites"]["site-b"]}}}).to_string();
+    let small_rps = throughput(
+        format!("{base}/api/compute/fleet/plan"),
+        Some(token.clone()),
+        small,
+        args.connections,
+        args.seconds,
+    )
+    .await?;
+    let hello_rps = throughput(hello_server().await?, None, String::new(), args.connections, args.seconds).await?;
+
+    let _ = stop.send(());
+    server.await??;
+    let report = json!({
+        "objects": objects,
+        "native_plan_ms": ms(native_plan),
+        "wasm_plan_ms": ms(wasm_plan),
+        "wasm_over_native": wasm_plan.as_secs_f64() / native_plan.as_secs_f64(),
+        "instantiate_us_p50": instantiate.as_secs_f64() * 1e6,
+        "http_plan_ms_p50": ms(http_plan),
+        "http_small_plan_rps": small_rps,
+        "http_hello_rps": hello_rps,
+        "small_over_hello": small_rps / hello_rps,
+        "apply_ms": ms(apply),
+        "rss_mib": peak_rss_mib(),
+        "cores": std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
+    });
+    if args.json {
+        println!("{report}");
+        return Ok(());
+    }
+    let row = |name: &str, value: String, target: &str| println!("{name:<28} {value:>14}   {target}");
+    println!("fleet benchmark: {objects} objects, medians of {} runs", args.runs);
+    row("native plan", format!("{:.1} ms", ms(native_plan)), "");
+    row("wasm plan", format!("{:.1} ms", ms(wasm_plan)), "");
+    row("wasm / native", format!("{:.2}x", report["wasm_over_native"].as_f64().unwrap_or_default()), "target <= 1.3x");
+    row(
+        "instantiate + empty call",
+        format!("{:.1} us", report["instantiate_us_p50"].as_f64().unwrap_or_default()),
+        "target <= 20 us",
+    );
+    row("plan over HTTP (p50)", format!("{:.1} ms", ms(http_plan)), "target <= 150 ms");
+    row("apply over HTTP", format!("{:.1} ms", ms(apply)), "target <= 1000 ms");
+    row("small plans over HTTP", format!("{small_rps:.0} rps"), "");
+    row("bare hyper handler", format!("{hello_rps:.0} rps"), "");
+    row("small / bare", format!("{:.0}%", 100.0 * small_rps / hello_rps), "target >= 20%");
+    row("peak RSS", format!("{:.0} MiB", report["rss_mib"].as_f64().unwrap_or_default()), "");
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! The planner's golden cases (`guest/tests/plans/*`) run through the component in
+//! this host's sandbox: the component must answer exactly what the native build
+//! answers, byte for byte, and what the case expects.
+
+use std::path::{Path, PathBuf};
+
+use fleet_guest::Snapshot;
+use serde_json::Value;
+
+use super::*;
+use crate::app::Config;
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
+    let mut cases: Vec<PathBuf> =
+        std::fs::read_dir(root).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.is_dir()).collect();
+    cases.sort();
+    cases
+}
+
+fn as_body(result: Result<String, ApiError>) -> (Value, Option<String>) {
+    match result {
+        Ok(text) => (serde_json::from_str(&text).unwrap(), Some(text)),
+        Err(error) => (error.body(), None),
+    }
+}
+
+#[test]
+fn golden_plans_match_through_the_component() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::new(Config::new(dir.path().join("fleet.db"))).unwrap();
+    let cases = cases();
+    assert!(cases.len() >= 20, "the golden cases are in guest/tests/plans");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let request = std::fs::read_to_string(case.join("request.json")).unwrap();
+        let snapshot: Snapshot =
+            serde_json::from_str(&std::fs::read_to_string(case.join("state.json")).unwrap()).unwrap();
+        let expected: Value =
+            serde_json::from_str(&std::fs::read_to_string(case.join("expected.json")).unwrap()).unwrap();
+        let caller = Caller {
+            tenant: snapshot.caller.tenant.clone(),
+            principal: snapshot.caller.principal.clone(),
+            grants: Vec::new(),
+        };
+        let native = fleet_guest::plan(&snapshot, &request);
+        let session = Session {
+            app: app.clone(),
+            caller,
+            db: app.db.get().unwrap(),
+            source: Source::Snapshot(Box::new(snapshot)),
+            composite: false,
+        };
+        let (_, through_component) = app.sandbox.call(session, Entry::Plan, &request);
+        let (actual, text) = as_body(through_component);
+        if actual != expected {
+            failures.push(format!("{}: the component answered {actual}", case.display()));
+        }
+        if let (Some(text), Ok(native)) = (text, native)
+            && text != native
+        {
+            failures.push(format!("{}: the component's bytes differ from the native build's", case.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
