@@ -4,6 +4,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod client;
 pub mod db;
 pub mod demo;
 pub mod events;

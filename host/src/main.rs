@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use fleet::client::{self, ApplySource, Client, CliError};
 use fleet::{App, Config, auth, db, demo};
+use std::process::ExitCode;
 use fleet_guest::Kind;
 
 #[derive(Parser)]
@@ -26,6 +28,65 @@ enum Command {
     /// Creates tenants and tokens directly on the database.
     #[command(subcommand)]
     Admin(Admin),
+    /// Prints the tenant's estate as a FleetConfig document.
+    Export {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Write the document here (YAML for .yaml/.yml, else JSON) instead of stdout.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// Shows what applying a document would change. Exit code: 0 no changes, 2 changes, 3 blocked, 1 error.
+    Plan {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The FleetConfig document (JSON or YAML).
+        file: PathBuf,
+        /// Also remove what the document no longer lists.
+        #[arg(long)]
+        prune: bool,
+        /// Save the plan (with its document) for `fleet apply --plan`.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the raw plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Applies a document, or exactly a saved plan.
+    Apply {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The FleetConfig document (JSON or YAML); not with --plan.
+        #[arg(required_unless_present = "plan", conflicts_with = "plan")]
+        file: Option<PathBuf>,
+        #[arg(long, conflicts_with = "plan")]
+        prune: bool,
+        /// Apply only if the plan still has this hash.
+        #[arg(long, conflicts_with = "plan")]
+        plan_hash: Option<String>,
+        /// A plan saved by `fleet plan --out`: apply exactly it, or fail with CONFIG_DRIFT.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows the last applied document and any drift from it.
+    Status {
+        #[command(flatten)]
+        server: ServerArgs,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// The fleet server.
+    #[arg(long, env = "FLEET_SERVER", default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// A bearer token.
+    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Args)]
@@ -87,28 +148,75 @@ enum TokenCommand {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let file = match &cli.command {
+        Command::Plan { file, .. } => Some(file.clone()),
+        Command::Apply { file, plan, .. } => file.clone().or_else(|| plan.clone()),
+        _ => None,
+    };
+    let outcome = match cli.command {
+        Command::Export { server, output } => client(&server).and_then(|client| client::export(&client, output.as_deref())),
+        Command::Plan { server, file, prune, out, json } => {
+            client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
+        }
+        Command::Apply { server, file, prune, plan_hash, plan, json } => client(&server).and_then(|client| {
+            let source = match (plan, file) {
+                (Some(saved), _) => ApplySource::SavedPlan(saved),
+                (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
+                (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
+            };
+            client::apply(&client, &source, json)
+        }),
+        Command::Status { server, json } => client(&server).and_then(|client| client::status(&client, json)),
+        command => {
+            return match local(cli.db, command) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(client::EXIT_ERROR)
+                }
+            };
+        }
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            client::report(&error, file.as_deref());
+            ExitCode::from(client::EXIT_ERROR)
+        }
+    }
+}
+
+fn client(args: &ServerArgs) -> Result<Client, CliError> {
+    Client::new(&args.server, args.token.clone())
+}
+
+/// The commands that work on the database directly.
+fn local(db_path: PathBuf, command: Command) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet=info,warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Serve(serve) => run_server(cli.db, serve),
+    match command {
+        Command::Serve(serve) => run_server(db_path, serve),
         Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => {
-            let pool = db::open(&cli.db)?;
+            let pool = db::open(&db_path)?;
             auth::create_tenant(&*pool.get()?, &tenant, &db::now())?;
             println!("created tenant {tenant}");
             Ok(())
         }
         Command::Admin(Admin::Token(TokenCommand::Create { tenant, principal, grants })) => {
-            let pool = db::open(&cli.db)?;
+            let pool = db::open(&db_path)?;
             let token = auth::create_token(&*pool.get()?, &tenant, &principal, &grants, &db::now())?;
             println!("created a token for {principal} in tenant {tenant}; it is shown only once:");
             println!("{token}");
             Ok(())
+        }
+        Command::Export { .. } | Command::Plan { .. } | Command::Apply { .. } | Command::Status { .. } => {
+            bail!("client commands do not use the database")
         }
     }
 }
