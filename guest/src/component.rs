@@ -32,7 +32,7 @@ struct Imports;
 
 impl Host for Imports {
     fn caller(&self) -> Caller {
-        let caller = state::caller();
+        let caller = state::current_caller();
         Caller { tenant: caller.tenant, principal: caller.principal }
     }
 
