@@ -487,11 +487,11 @@ impl<'a> Planner<'a> {
             }
         }
         // `prune` runs only with prune on, so every live pool the document leaves out is
-        // archived, unless its module does not run.
+        // archived, unless its module does not run; the document gives the others' account.
         let pools_pruned = self.estate.runs(Kind::Pool);
         for pool in self.estate.objects(Kind::Pool) {
-            let archived_by_plan = pools_pruned && !self.keys_by_id[pools].contains_key(&pool.id);
-            if !pool.archived && !archived_by_plan {
+            let in_document = self.keys_by_id[pools].contains_key(&pool.id);
+            if !pool.archived && !in_document && !pools_pruned {
                 used.insert(pool.values[account_at].as_text().to_owned());
             }
         }
