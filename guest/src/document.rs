@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
-use crate::schema::{self, FieldType, Fields, MAX_NUMBER, Value};
+use crate::schema::{self, FieldType, MAX_NUMBER, Value};
 use crate::{Error, ErrorCode, Kind};
 
 /// The pattern of names and owners, as messages print it.
@@ -52,10 +52,21 @@ struct FilledSection<'a> {
 impl Serialize for FilledSection<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let specs = schema::fields(self.kind);
-        serializer.collect_map(self.document.section(self.kind).iter().map(|(key, values)| {
-            let object = Fields(specs.iter().zip(values).map(|(spec, value)| (spec.name, value.clone())).collect());
-            (key, object)
-        }))
+        serializer.collect_map(
+            self.document.section(self.kind).iter().map(|(key, values)| (key, FilledObject { specs, values })),
+        )
+    }
+}
+
+/// One object with every field, in schema order.
+struct FilledObject<'a> {
+    specs: &'static [schema::FieldSpec],
+    values: &'a [Value],
+}
+
+impl Serialize for FilledObject<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.specs.iter().zip(self.values).map(|(spec, value)| (spec.name, value)))
     }
 }
 

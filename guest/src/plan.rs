@@ -150,6 +150,8 @@ struct Planner<'a> {
     ids_by_key: [HashMap<&'a str, String>; 6],
     /// Per kind: that id -> document key.
     keys_by_id: [HashMap<String, &'a str>; 6],
+    /// Per kind: field positions by field name, the order of `fields`.
+    alphabetical: [Vec<usize>; 6],
     plan: Plan,
 }
 
@@ -161,6 +163,7 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
         entries: Default::default(),
         ids_by_key: Default::default(),
         keys_by_id: Default::default(),
+        alphabetical: Kind::ALL.map(schema::alphabetical),
         plan: Plan {
             changes: Vec::new(),
             calls: Vec::new(),
@@ -288,7 +291,7 @@ impl<'a> Planner<'a> {
         // Changed fields, in alphabetical order, with `from` as export would show it.
         let mut fields: Vec<FieldChange> = Vec::new();
         let mut changed: Vec<usize> = Vec::new();
-        for index in schema::alphabetical(kind) {
+        for &index in &self.alphabetical[kind.index()] {
             let spec = &specs[index];
             match current {
                 None => fields.push(FieldChange { field: spec.name, from: None, to: values[index].clone() }),
@@ -519,5 +522,92 @@ fn removal_call(kind: Kind, verb: &str, id: &str) -> Call {
         method: method_name(kind, verb),
         input: Fields(vec![(field, Value::Text(id.to_owned()))]),
         idempotency_key: None,
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
+mod tests {
+    use super::*;
+    use crate::Snapshot;
+    use crate::document::parse_plan;
+    use serde_json::json;
+
+    const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const ACCOUNT: &str = "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const POOL: &str = "pool_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    fn snapshot(modules: serde_json::Value, archived: bool) -> Snapshot {
+        serde_json::from_value(json!({
+            "caller": {"tenant": "acme", "principal": "alice"},
+            "modules": modules,
+            "sites": [{"id": SITE, "region": "r"}],
+            "providerAccounts": [{"id": ACCOUNT, "provider": "aws"}],
+            "pools": [{"id": POOL, "site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "archived": archived}],
+            "flavors": [{"id": "flv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pool": POOL}],
+            "bindings": [{"kind": "pool", "name": "old", "id": POOL}]
+        }))
+        .unwrap()
+    }
+
+    fn plan_of(snapshot: Snapshot, document: serde_json::Value, prune: bool) -> Plan {
+        let (request, problems) =
+            parse_plan(&json!({"document": document, "prune": prune}).to_string(), false).unwrap();
+        plan(&Estate::new(snapshot), &request, problems).unwrap()
+    }
+
+    fn methods(plan: &Plan) -> Vec<&str> {
+        plan.calls.iter().map(|call| call.method.as_str()).collect()
+    }
+
+    #[test]
+    fn creates_and_updates_go_by_kind_then_removals_in_reverse() {
+        let document = json!({
+            "flavors": {"b": {"pool": "new"}, "a": {"pool": "new"}},
+            "pools": {"new": {"site": SITE, "account": "acct", "class": "gpu", "owner": "o"}},
+            "providerAccounts": {"acct": {"provider": "aws"}}
+        });
+        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        assert_eq!(
+            methods(&plan),
+            [
+                "compute.accounts.create",
+                "compute.pools.create",
+                "compute.flavors.create",
+                "compute.flavors.create",
+                "compute.flavors.delete",
+                "compute.pools.archive",
+                "compute.accounts.delete",
+            ]
+        );
+        let keys: Vec<&str> = plan.changes.iter().map(|change| change.key.as_str()).collect();
+        assert_eq!(keys, ["acct", "new", "a", "b", "flv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "old", ACCOUNT]);
+        assert_eq!(plan.summary, Summary { create: 4, delete: 2, archive: 1, ..Summary::default() });
+    }
+
+    #[test]
+    fn prune_keeps_accounts_of_pools_that_stay_live() {
+        // The pools module does not run: its pool stays live, so its account stays.
+        let modules = json!(["site", "providerAccount", "ownerQuota", "offer", "flavor"]);
+        let plan = plan_of(snapshot(modules, false), json!({}), true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete"]);
+        // An archived pool does not keep its account.
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({}), true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete", "compute.accounts.delete"]);
+        // A pool of the document does.
+        let document = json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o"}}});
+        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete"]);
+    }
+
+    #[test]
+    fn restore_comes_before_update_and_archived_objects_are_not_pruned_again() {
+        let document =
+            json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "gpus": 1}}});
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), document, false);
+        assert_eq!(methods(&plan), ["compute.pools.restore", "compute.pools.update"]);
+        assert_eq!(plan.changes[1].text, "~ pool old: update (gpus 0 -> 1)");
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({"flavors": {}}), true);
+        assert!(!methods(&plan).contains(&"compute.pools.archive"));
     }
 }
