@@ -4,8 +4,16 @@
 //! in `component.rs` implements it with the WIT imports, native callers (tests, the
 //! benchmark) with a [`state::Snapshot`].
 
+mod apply;
+mod document;
 pub mod error;
+mod estate;
+mod export;
+mod hash;
+mod plan;
+mod schema;
 pub mod state;
+mod text;
 
 #[cfg(target_arch = "wasm32")]
 #[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
@@ -13,6 +21,8 @@ mod component;
 
 pub use error::{Error, ErrorCode};
 pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
+
+use estate::Estate;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
 pub trait Host {
@@ -32,21 +42,35 @@ pub trait Host {
 
 /// `{}` -> `{"document": FleetConfig, "missing": [...]}` (SPEC §6.1).
 pub fn export(host: &dyn Host, request: &str) -> Result<String, Error> {
-    let _ = request;
-    let snapshot = Snapshot::read(host);
-    let missing: Vec<&str> =
-        Kind::ALL.iter().filter(|kind| !snapshot.modules.contains(kind)).map(|kind| kind.section()).collect();
-    Ok(serde_json::json!({"document": {}, "missing": missing}).to_string())
+    document::parse_export(request)?;
+    export::export(&Estate::new(Snapshot::read(host)))
 }
 
 /// `{"document", "prune"?}` -> Plan (SPEC §6.2).
 pub fn plan(host: &dyn Host, request: &str) -> Result<String, Error> {
-    let _ = (host, request);
-    Err(Error::new(ErrorCode::Unsupported, "plan is not built yet"))
+    let (plan, _) = planned(host, request, false)?;
+    serde_json::to_string(&plan)
+        .map_err(|error| Error::new(ErrorCode::Internal, format!("the plan cannot be written: {error}")))
 }
 
 /// `{"document", "prune"?, "planHash"?}` -> `{"plan", "applied"}` (SPEC §6.3).
 pub fn apply(host: &mut dyn Host, request: &str) -> Result<String, Error> {
-    let _ = (host, request);
-    Err(Error::new(ErrorCode::Unsupported, "apply is not built yet"))
+    let (plan, expected_hash) = planned(&*host, request, true)?;
+    apply::apply(host, &plan, expected_hash.as_deref())
+}
+
+/// Authenticates, parses and validates a plan or apply request, reads the state once
+/// and plans. Returns the plan and the request's `planHash`.
+fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan, Option<String>), Error> {
+    let caller = host.caller();
+    if caller.tenant.is_empty() || caller.principal.is_empty() {
+        return Err(Error::new(
+            ErrorCode::Unauthenticated,
+            "planning needs an authenticated caller (a tenant and a principal)",
+        ));
+    }
+    let (request, problems) = document::parse_plan(request, is_apply)?;
+    let estate = Estate::new(Snapshot::read(host));
+    let plan = plan::plan(&estate, &request, problems)?;
+    Ok((plan, request.plan_hash))
 }

@@ -7,7 +7,7 @@ use crate::{Error, ErrorCode, Host};
 /// A string-to-string map (`labels`, `settings`), sorted by key.
 pub type StringMap = std::collections::BTreeMap<String, String>;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Caller {
     pub tenant: String,
@@ -65,6 +65,16 @@ impl Kind {
             Kind::Offer => "offers",
             Kind::Flavor => "flavors",
         }
+    }
+
+    /// The kind's position in [`Kind::ALL`].
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The kind whose FleetConfig section is `section`.
+    pub(crate) fn from_section(section: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.section() == section)
     }
 
     /// The id prefix; owner quotas have no ids.

@@ -1,0 +1,467 @@
+//! Requests and FleetConfig documents: parsing JSON text, validating it with every
+//! problem reported at once (SPEC §5), and the typed document the planner reads.
+
+use std::collections::BTreeMap;
+
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value as Json};
+
+use crate::schema::{self, FieldType, MAX_NUMBER, Value};
+use crate::{Error, ErrorCode, Kind};
+
+/// The pattern of names and owners, as messages print it.
+pub(crate) const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
+
+/// A validated FleetConfig: per kind (indexed by [`Kind::index`]), objects by key with
+/// every field filled in (defaults for omitted ones), in schema order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Document {
+    pub(crate) sections: [BTreeMap<String, Vec<Value>>; 6],
+}
+
+impl Document {
+    pub(crate) fn section(&self, kind: Kind) -> &BTreeMap<String, Vec<Value>> {
+        &self.sections[kind.index()]
+    }
+
+    /// The document with only the sections of `kinds`, every object with every field:
+    /// what export returns (the modules that run) and what the plan hash covers (all).
+    pub(crate) fn filled(&self, kinds: Vec<Kind>) -> FilledDocument<'_> {
+        FilledDocument { document: self, kinds }
+    }
+}
+
+pub(crate) struct FilledDocument<'a> {
+    document: &'a Document,
+    kinds: Vec<Kind>,
+}
+
+impl Serialize for FilledDocument<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            self.kinds.iter().map(|&kind| (kind.section(), FilledSection { kind, document: self.document })),
+        )
+    }
+}
+
+struct FilledSection<'a> {
+    kind: Kind,
+    document: &'a Document,
+}
+
+impl Serialize for FilledSection<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let specs = schema::fields(self.kind);
+        serializer.collect_map(
+            self.document.section(self.kind).iter().map(|(key, values)| (key, FilledObject { specs, values })),
+        )
+    }
+}
+
+/// One object with every field, in schema order.
+struct FilledObject<'a> {
+    specs: &'static [schema::FieldSpec],
+    values: &'a [Value],
+}
+
+impl Serialize for FilledObject<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.specs.iter().zip(self.values).map(|(spec, value)| (spec.name, value)))
+    }
+}
+
+/// A plan or apply request (SPEC §6.2, §6.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlanRequest {
+    pub(crate) document: Document,
+    pub(crate) prune: bool,
+    pub(crate) plan_hash: Option<String>,
+}
+
+/// One validation problem: a JSON pointer and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Problem {
+    pub(crate) path: String,
+    pub(crate) message: String,
+}
+
+/// Every problem found in a request, reported together as one `INVALID_ARGUMENT`.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<Problem>);
+
+impl Problems {
+    pub(crate) fn push(&mut self, path: String, message: impl Into<String>) {
+        self.0.push(Problem { path, message: message.into() });
+    }
+
+    /// `Ok` when there is no problem; otherwise the error listing them all, sorted by
+    /// path so that the order never depends on how a JSON object was stored.
+    pub(crate) fn into_result(mut self) -> Result<(), Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        self.0.sort_by(|left, right| left.path.cmp(&right.path));
+        let count = self.0.len();
+        let message = if count == 1 {
+            "the request has 1 problem".to_owned()
+        } else {
+            format!("the request has {count} problems")
+        };
+        Err(Error::new(ErrorCode::InvalidArgument, message).with_details(serde_json::json!({ "problems": self.0 })))
+    }
+}
+
+/// A JSON pointer (RFC 6901) to the given reference tokens.
+pub(crate) fn pointer(tokens: &[&str]) -> String {
+    let mut path = String::new();
+    for token in tokens {
+        path.push('/');
+        path.push_str(&token.replace('~', "~0").replace('/', "~1"));
+    }
+    path
+}
+
+/// `a pool`, `an offer`.
+pub(crate) fn a(kind: Kind) -> String {
+    let article = if kind.name().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {}", kind.name())
+}
+
+/// Whether `text` matches the name pattern `^[a-z][a-z0-9-]{0,62}$`.
+pub(crate) fn is_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    match bytes.split_first() {
+        Some((first, rest)) => {
+            first.is_ascii_lowercase()
+                && rest.len() <= 62
+                && rest.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-')
+        }
+        None => false,
+    }
+}
+
+/// The kind whose well-formed id `text` is (`<prefix>_` + 26 of `[a-z2-7]`), if any.
+pub(crate) fn id_kind(text: &str) -> Option<Kind> {
+    let (prefix, rest) = text.split_once('_')?;
+    let kind = Kind::ALL.into_iter().find(|kind| kind.id_prefix() == Some(prefix))?;
+    let well_formed =
+        rest.len() == 26 && rest.bytes().all(|byte| byte.is_ascii_lowercase() || (b'2'..=b'7').contains(&byte));
+    well_formed.then_some(kind)
+}
+
+/// Parses request text; an empty request means `{}`.
+fn parse_json(request: &str) -> Result<Map<String, Json>, Error> {
+    if request.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    let value: Json = serde_json::from_str(request).map_err(|error| {
+        let mut problems = Problems::default();
+        problems.push(String::new(), format!("malformed JSON: {error}"));
+        problems.into_result().err().unwrap_or_else(|| Error::new(ErrorCode::InvalidArgument, "malformed JSON"))
+    })?;
+    match value {
+        Json::Object(map) => Ok(map),
+        _ => {
+            let mut problems = Problems::default();
+            problems.push(String::new(), "the request must be a JSON object");
+            problems.into_result().map(|()| Map::new())
+        }
+    }
+}
+
+fn sorted_keys(map: &Map<String, Json>) -> Vec<&String> {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    keys
+}
+
+/// Parses an export request: `{}` (or empty text), nothing else.
+pub(crate) fn parse_export(request: &str) -> Result<(), Error> {
+    let map = parse_json(request)?;
+    let mut problems = Problems::default();
+    for key in sorted_keys(&map) {
+        problems.push(pointer(&[key]), "unknown field; export takes no input");
+    }
+    problems.into_result()
+}
+
+/// Parses a plan request (`plan_hash_allowed` false) or an apply request (true). The
+/// problems found so far are returned with the request, so that the planner can add
+/// those it finds while resolving keys and report them all together.
+pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(PlanRequest, Problems), Error> {
+    let map = parse_json(request)?;
+    let mut problems = Problems::default();
+    let mut parsed = PlanRequest { document: Document::default(), prune: false, plan_hash: None };
+    for key in sorted_keys(&map) {
+        let value = &map[key.as_str()];
+        match key.as_str() {
+            "document" => match value {
+                Json::Object(document) => parsed.document = parse_document(document, &mut problems),
+                _ => problems.push(pointer(&["document"]), "the document must be an object"),
+            },
+            "prune" => match value {
+                Json::Bool(prune) => parsed.prune = *prune,
+                _ => problems.push(pointer(&["prune"]), "must be a boolean"),
+            },
+            "planHash" if plan_hash_allowed => match value {
+                Json::String(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
+                _ => problems.push(pointer(&["planHash"]), "must be a string"),
+            },
+            _ => problems.push(pointer(&[key]), "unknown field"),
+        }
+    }
+    if !map.contains_key("document") {
+        problems.push(pointer(&["document"]), "the document is required");
+    }
+    Ok((parsed, problems))
+}
+
+fn parse_document(document: &Map<String, Json>, problems: &mut Problems) -> Document {
+    let mut parsed = Document::default();
+    for section in sorted_keys(document) {
+        let Some(kind) = Kind::from_section(section) else {
+            let sections: Vec<&str> = Kind::ALL.iter().map(|kind| kind.section()).collect();
+            problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
+            continue;
+        };
+        let Json::Object(objects) = &document[section.as_str()] else {
+            problems.push(pointer(&[section]), "a section must be an object of objects by key");
+            continue;
+        };
+        for key in sorted_keys(objects) {
+            let key_is_valid = check_key(kind, key, problems);
+            let values = parse_object(kind, key, &objects[key.as_str()], problems);
+            if let (true, Some(values)) = (key_is_valid, values) {
+                parsed.sections[kind.index()].insert(key.clone(), values);
+            }
+        }
+    }
+    parsed
+}
+
+fn check_key(kind: Kind, key: &str, problems: &mut Problems) -> bool {
+    let path = || pointer(&[kind.section(), key]);
+    match kind.id_prefix() {
+        None if is_name(key) => true,
+        None => {
+            problems.push(path(), format!("an owner quota's key must be an owner name matching {NAME_PATTERN}"));
+            false
+        }
+        Some(_) if is_name(key) || id_kind(key) == Some(kind) => true,
+        Some(prefix) => {
+            problems.push(
+                path(),
+                format!(
+                    "a key must be a name matching {NAME_PATTERN} or {} id ({prefix}_ and 26 base32 characters)",
+                    a(kind)
+                ),
+            );
+            false
+        }
+    }
+}
+
+fn parse_object(kind: Kind, key: &str, object: &Json, problems: &mut Problems) -> Option<Vec<Value>> {
+    let Json::Object(object) = object else {
+        problems.push(pointer(&[kind.section(), key]), format!("{} must be an object", a(kind)));
+        return None;
+    };
+    let specs = schema::fields(kind);
+    let mut values: Vec<Value> = specs.iter().map(|spec| Value::default_of(spec.ty)).collect();
+    let mut valid = true;
+    for field in sorted_keys(object) {
+        let path = pointer(&[kind.section(), key, field]);
+        let Some(position) = schema::position(kind, field) else {
+            if schema::READ_ONLY.contains(&field.as_str()) {
+                problems.push(path, "is set by the server and is never part of a FleetConfig");
+            } else {
+                let names: Vec<&str> = specs.iter().map(|spec| spec.name).collect();
+                problems.push(path, format!("unknown field; {} has {}", a(kind), names.join(", ")));
+            }
+            valid = false;
+            continue;
+        };
+        match parse_value(specs[position].ty, &object[field.as_str()], &path, problems) {
+            Some(value) => values[position] = value,
+            None => valid = false,
+        }
+    }
+    for spec in specs.iter().filter(|spec| spec.required && !object.contains_key(spec.name)) {
+        problems.push(pointer(&[kind.section(), key, spec.name]), "is required");
+        valid = false;
+    }
+    valid.then_some(values)
+}
+
+fn parse_value(ty: FieldType, value: &Json, path: &str, problems: &mut Problems) -> Option<Value> {
+    let mut fail = |message: String| {
+        problems.push(path.to_owned(), message);
+        None
+    };
+    match (ty, value) {
+        (FieldType::Number, Json::Number(number)) => match number.as_u64() {
+            Some(number) if number <= MAX_NUMBER => Some(Value::Number(number)),
+            _ => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
+        },
+        (FieldType::Number, _) => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
+        (FieldType::Map, Json::Object(map)) => {
+            let mut parsed = BTreeMap::new();
+            let mut valid = true;
+            for entry in sorted_keys(map) {
+                match &map[entry.as_str()] {
+                    Json::String(text) => {
+                        parsed.insert(entry.clone(), text.clone());
+                    }
+                    _ => {
+                        problems.push(format!("{path}{}", pointer(&[entry])), "must be a string");
+                        valid = false;
+                    }
+                }
+            }
+            valid.then_some(Value::Map(parsed))
+        }
+        (FieldType::Map, _) => fail("must be an object of string values".to_owned()),
+        (_, Json::String(text)) => match ty {
+            FieldType::NonEmpty if text.is_empty() => fail("must not be empty".to_owned()),
+            FieldType::Name if !is_name(text) => fail(format!("must match {NAME_PATTERN}")),
+            FieldType::Ref(kind) if !is_name(text) && id_kind(text) != Some(kind) => {
+                fail(format!("must be the key of {} in the document or {} id", a(kind), a(kind)))
+            }
+            _ => Some(Value::Text(text.clone())),
+        },
+        (_, _) => fail("must be a string".to_owned()),
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
+mod tests {
+    use super::*;
+
+    fn problems(request: &str) -> Vec<(String, String)> {
+        let result = parse_plan(request, false).and_then(|(_, problems)| problems.into_result());
+        let Err(error) = result else {
+            return Vec::new();
+        };
+        assert_eq!(error.code, ErrorCode::InvalidArgument);
+        let details = error.details.unwrap_or_default();
+        details["problems"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|problem| {
+                (
+                    problem["path"].as_str().unwrap_or_default().to_owned(),
+                    problem["message"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn paths(request: &str) -> Vec<String> {
+        problems(request).into_iter().map(|(path, _)| path).collect()
+    }
+
+    #[test]
+    fn names_and_ids() {
+        assert!(is_name("a"));
+        assert!(is_name("gpu-a1"));
+        assert!(is_name(&"a".repeat(63)));
+        assert!(!is_name(&"a".repeat(64)));
+        assert!(!is_name(""));
+        assert!(!is_name("1a"));
+        assert!(!is_name("A"));
+        assert!(!is_name("a_b"));
+        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaaa"), Some(Kind::Pool));
+        assert_eq!(id_kind("flv_234567abcdefghijklmnopqrst"), Some(Kind::Flavor));
+        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa"), None, "25 characters");
+        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa1"), None, "1 is not base32");
+        assert_eq!(id_kind("quota_aaaaaaaaaaaaaaaaaaaaaaaaaa"), None);
+    }
+
+    #[test]
+    fn pointers_escape_tilde_and_slash() {
+        assert_eq!(pointer(&["pools", "a/b~c", "labels"]), "/pools/a~1b~0c/labels");
+    }
+
+    #[test]
+    fn empty_request_needs_a_document() {
+        assert_eq!(paths(""), ["/document"]);
+        assert_eq!(paths("{}"), ["/document"]);
+    }
+
+    #[test]
+    fn malformed_json_has_an_empty_path() {
+        assert_eq!(paths("{"), [""]);
+        assert_eq!(paths("[]"), [""]);
+    }
+
+    #[test]
+    fn envelope_problems() {
+        assert_eq!(paths(r#"{"document": [], "prune": 1, "planHash": "x"}"#), ["/document", "/planHash", "/prune"]);
+        let (request, problems) = parse_plan(r#"{"document": {}, "prune": true, "planHash": "x"}"#, true).unwrap();
+        assert!(problems.into_result().is_ok());
+        assert!(request.prune);
+        assert_eq!(request.plan_hash.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_pass() {
+        let request = r#"{"document": {
+            "pools": {
+                "gpu-a": {"site": "Bad", "class": "gpu", "owner": "team-ml", "vcpus": -1, "gpus": 1.5,
+                          "labels": {"a": 1}, "id": "pool_x", "colour": "red"},
+                "Bad_Key": {"site": "s", "account": "a", "class": "c", "owner": "o"},
+                "site_aaaaaaaaaaaaaaaaaaaaaaaaaa": {"site": "s", "account": "a", "class": "c", "owner": "o"}
+            },
+            "sites": {"eu": {"region": ""}, "us": 3},
+            "ownerQuotas": {"pool_aaaaaaaaaaaaaaaaaaaaaaaaaa": {"instances": 9007199254740992}},
+            "offers": {"o": {"pool": "p", "to": "Team"}},
+            "flavors": [],
+            "extra": {}
+        }}"#;
+        assert_eq!(
+            paths(request),
+            [
+                "/extra",
+                "/flavors",
+                "/offers/o/to",
+                "/ownerQuotas/pool_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                "/ownerQuotas/pool_aaaaaaaaaaaaaaaaaaaaaaaaaa/instances",
+                "/pools/Bad_Key",
+                "/pools/gpu-a/account",
+                "/pools/gpu-a/colour",
+                "/pools/gpu-a/gpus",
+                "/pools/gpu-a/id",
+                "/pools/gpu-a/labels/a",
+                "/pools/gpu-a/site",
+                "/pools/gpu-a/vcpus",
+                "/pools/site_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                "/sites/eu/region",
+                "/sites/us",
+            ]
+        );
+    }
+
+    #[test]
+    fn references_take_names_or_ids_of_their_kind() {
+        let document = |site: &str| {
+            format!(
+                r#"{{"document": {{"pools": {{"p": {{"site": "{site}", "account": "a", "class": "c", "owner": "o"}}}}}}}}"#
+            )
+        };
+        assert!(paths(&document("eu-west")).is_empty());
+        assert!(paths(&document("site_aaaaaaaaaaaaaaaaaaaaaaaaaa")).is_empty());
+        assert_eq!(paths(&document("pool_aaaaaaaaaaaaaaaaaaaaaaaaaa")), ["/pools/p/site"]);
+    }
+
+    #[test]
+    fn defaults_fill_omitted_fields() {
+        let (request, _) = parse_plan(r#"{"document": {"offers": {"o": {"pool": "p", "to": "t"}}}}"#, false).unwrap();
+        let offer = &request.document.section(Kind::Offer)["o"];
+        assert_eq!(
+            offer,
+            &[Value::Text("p".into()), Value::Text("t".into()), Value::Number(0), Value::Number(0), Value::Number(0)]
+        );
+    }
+}

@@ -1,0 +1,613 @@
+//! The plan (SPEC §6.2): resolving a document's keys and references against the state,
+//! diffing, blocking, pruning, ordering the changes and calls, and hashing the result.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::document::{PlanRequest, Problems, id_kind, pointer};
+use crate::estate::{Current, Estate};
+use crate::hash;
+use crate::schema::{self, FieldType, Fields, Value};
+use crate::text;
+use crate::{Error, ErrorCode, Kind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Action {
+    Create,
+    Update,
+    Delete,
+    Archive,
+    Restore,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Delete => "delete",
+            Action::Archive => "archive",
+            Action::Restore => "restore",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct FieldChange {
+    pub(crate) field: &'static str,
+    pub(crate) from: Option<Value>,
+    pub(crate) to: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Change {
+    pub(crate) action: Action,
+    pub(crate) kind: Kind,
+    pub(crate) key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    pub(crate) fields: Vec<FieldChange>,
+    pub(crate) text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Call {
+    pub(crate) method: String,
+    pub(crate) input: Fields,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) idempotency_key: Option<String>,
+}
+
+impl Call {
+    /// The input `methods.invoke` receives: creates carry their idempotency key.
+    pub(crate) fn invoke_input(&self) -> Result<String, Error> {
+        let mut input = self.input.clone();
+        if let Some(key) = &self.idempotency_key {
+            input.0.push(("idempotencyKey", Value::Text(key.clone())));
+        }
+        serde_json::to_string(&input)
+            .map_err(|error| Error::new(ErrorCode::Internal, format!("a call cannot be written: {error}")))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Blocked {
+    pub(crate) kind: Kind,
+    pub(crate) key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) field: Option<&'static str>,
+    pub(crate) reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) create: usize,
+    pub(crate) update: usize,
+    pub(crate) delete: usize,
+    pub(crate) archive: usize,
+    pub(crate) restore: usize,
+    pub(crate) unchanged: usize,
+    pub(crate) blocked: usize,
+}
+
+/// A plan, serialized in the field order of SPEC §6.2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Plan {
+    pub(crate) changes: Vec<Change>,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) summary: Summary,
+    pub(crate) blocked: Vec<Blocked>,
+    pub(crate) plan_hash: String,
+}
+
+/// What the plan hash covers.
+#[derive(Serialize)]
+struct Hashed<'a> {
+    document: crate::document::FilledDocument<'a>,
+    prune: bool,
+    calls: &'a [Call],
+    blocked: &'a [Blocked],
+}
+
+/// What a document key names.
+enum Target<'a> {
+    /// An existing object (archived or not).
+    Existing(&'a Current),
+    /// An object to create, with its planned id (none for quotas).
+    Create(Option<String>),
+    /// An id key of no existing object.
+    UnknownId,
+}
+
+/// One document object and what its key names.
+struct Entry<'a> {
+    key: &'a str,
+    values: &'a [Value],
+    target: Target<'a>,
+}
+
+impl Entry<'_> {
+    /// The id the object has or will have (the owner for quotas).
+    fn id(&self) -> Option<&str> {
+        match &self.target {
+            Target::Existing(current) => Some(&current.id),
+            Target::Create(id) => id.as_deref(),
+            Target::UnknownId => Some(self.key),
+        }
+    }
+}
+
+/// The planner at work: the state, the document's entries by kind, and how document
+/// keys and ids map to each other.
+struct Planner<'a> {
+    estate: &'a Estate,
+    entries: [Vec<Entry<'a>>; 6],
+    /// Per kind: document key -> id the object has or will have.
+    ids_by_key: [HashMap<&'a str, String>; 6],
+    /// Per kind: that id -> document key.
+    keys_by_id: [HashMap<String, &'a str>; 6],
+    /// Per kind: field positions by field name, the order of `fields`.
+    alphabetical: [Vec<usize>; 6],
+    plan: Plan,
+}
+
+/// Plans a validated request against the state. `problems` are those validation found
+/// so far; key problems found here join them, and any problem fails the plan.
+pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problems) -> Result<Plan, Error> {
+    let mut planner = Planner {
+        estate,
+        entries: Default::default(),
+        ids_by_key: Default::default(),
+        keys_by_id: Default::default(),
+        alphabetical: Kind::ALL.map(schema::alphabetical),
+        plan: Plan {
+            changes: Vec::new(),
+            calls: Vec::new(),
+            summary: Summary::default(),
+            blocked: Vec::new(),
+            plan_hash: String::new(),
+        },
+    };
+    planner.resolve_keys(request, &mut problems);
+    problems.into_result()?;
+    for kind in Kind::ALL {
+        for position in 0..planner.entries[kind.index()].len() {
+            planner.plan_entry(kind, position);
+        }
+    }
+    if request.prune {
+        planner.prune();
+    }
+    let mut plan = planner.plan;
+    plan.summary.blocked = plan.blocked.len();
+    plan.plan_hash = hash::plan_hash(&Hashed {
+        document: request.document.filled(Kind::ALL.to_vec()),
+        prune: request.prune,
+        calls: &plan.calls,
+        blocked: &plan.blocked,
+    })?;
+    Ok(plan)
+}
+
+impl<'a> Planner<'a> {
+    /// Finds what every document key names, and reports objects named by two keys.
+    fn resolve_keys(&mut self, request: &'a PlanRequest, problems: &mut Problems) {
+        let estate = self.estate;
+        for kind in Kind::ALL {
+            let index = kind.index();
+            let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::new();
+            for (key, values) in request.document.section(kind) {
+                let key = key.as_str();
+                let target = if kind == Kind::OwnerQuota {
+                    estate.get(kind, key).map_or(Target::Create(None), Target::Existing)
+                } else if id_kind(key) == Some(kind) {
+                    estate.get(kind, key).map_or(Target::UnknownId, Target::Existing)
+                } else {
+                    match estate.bound(kind, key) {
+                        Some(id) => match estate.get(kind, id) {
+                            Some(current) => Target::Existing(current),
+                            // Only for modules that do not run: the object is out of sight.
+                            None => Target::Create(Some(id.to_owned())),
+                        },
+                        None => Target::Create(hash::planned_id(&estate.caller, kind, key)),
+                    }
+                };
+                if let Target::Existing(current) = &target
+                    && let Some(first) = keys_by_existing_id.insert(&current.id, key)
+                {
+                    problems.push(
+                        pointer(&[kind.section(), key]),
+                        format!("names the same {} as the key {first:?}", kind.name()),
+                    );
+                }
+                let entry = Entry { key, values, target };
+                if let Some(id) = entry.id() {
+                    self.ids_by_key[index].insert(key, id.to_owned());
+                    self.keys_by_id[index].insert(id.to_owned(), key);
+                }
+                self.entries[index].push(entry);
+            }
+        }
+    }
+
+    /// The id a reference resolves to: an object of the document, else a live object
+    /// of the state by bound name or id, else the current reference when unchanged.
+    fn resolve(&self, kind: Kind, text: &str, current: Option<&str>) -> Option<String> {
+        let index = kind.index();
+        if let Some(id) = self.ids_by_key[index].get(text) {
+            return Some(id.clone());
+        }
+        if self.keys_by_id[index].contains_key(text) {
+            return Some(text.to_owned());
+        }
+        let named = match self.estate.bound(kind, text) {
+            Some(id) => Some(id),
+            None => (id_kind(text) == Some(kind)).then_some(text),
+        };
+        if let Some(id) = named {
+            let live = self.estate.get(kind, id).is_some_and(|object| !object.archived);
+            if live || current == Some(id) {
+                return Some(id.to_owned());
+            }
+        }
+        (current == Some(text)).then(|| text.to_owned())
+    }
+
+    fn plan_entry(&mut self, kind: Kind, position: usize) {
+        let estate = self.estate;
+        let entry = &self.entries[kind.index()][position];
+        let (key, values) = (entry.key, entry.values);
+        let unknown_id = matches!(entry.target, Target::UnknownId);
+        let specs = schema::fields(kind);
+        let current = match &entry.target {
+            Target::Existing(current) => Some(*current),
+            Target::Create(_) | Target::UnknownId => None,
+        };
+        let id = entry.id().map(str::to_owned);
+
+        // References resolved to ids; `None` for other fields and unknown references.
+        let mut resolved: Vec<Option<String>> = vec![None; specs.len()];
+        let mut reasons: Vec<(Option<&'static str>, String)> = Vec::new();
+        if unknown_id {
+            reasons.push((None, format!("no {} with id {key}", kind.name())));
+        }
+        for (index, spec) in specs.iter().enumerate() {
+            if let FieldType::Ref(target) = spec.ty {
+                let text = values[index].as_text();
+                resolved[index] = self.resolve(target, text, current.map(|current| current.values[index].as_text()));
+                if resolved[index].is_none() {
+                    reasons.push((
+                        Some(spec.name),
+                        format!("{} {text:?} is neither in the document nor a live {}", spec.name, target.name()),
+                    ));
+                }
+            }
+        }
+
+        // Changed fields, in alphabetical order, with `from` as export would show it.
+        let mut fields: Vec<FieldChange> = Vec::new();
+        let mut changed: Vec<usize> = Vec::new();
+        for &index in &self.alphabetical[kind.index()] {
+            let spec = &specs[index];
+            match current {
+                None => fields.push(FieldChange { field: spec.name, from: None, to: values[index].clone() }),
+                Some(current) => {
+                    let (differs, from) = match spec.ty {
+                        FieldType::Ref(target) => {
+                            let current_id = current.values[index].as_text();
+                            (
+                                resolved[index].as_deref() != Some(current_id),
+                                Value::Text(estate.key_of(target, current_id).to_owned()),
+                            )
+                        }
+                        _ => (values[index] != current.values[index], current.values[index].clone()),
+                    };
+                    if !differs {
+                        continue;
+                    }
+                    if kind == Kind::Site {
+                        let reason = format!(
+                            "sites are never changed by fleet ({} {} -> {})",
+                            spec.name,
+                            from.display(),
+                            values[index].display()
+                        );
+                        reasons.push((Some(spec.name), reason));
+                    } else if spec.immutable {
+                        let reason =
+                            format!("{} is immutable ({} -> {})", spec.name, from.display(), values[index].display());
+                        reasons.push((Some(spec.name), reason));
+                    }
+                    changed.push(index);
+                    fields.push(FieldChange { field: spec.name, from: Some(from), to: values[index].clone() });
+                }
+            }
+        }
+
+        if kind == Kind::Offer {
+            self.check_offer_owner(values, &resolved, &mut reasons);
+        }
+        if !estate.runs(kind) {
+            reasons = vec![(None, format!("the {} module is not run by this deployment", kind.group()))];
+        }
+        // Key problems first, then by field name like `fields`; stable within a field.
+        reasons.sort_by_key(|(field, _)| *field);
+
+        let summary = &mut self.plan.summary;
+        if !reasons.is_empty() {
+            let action = match current {
+                None => Action::Create,
+                Some(current) if current.archived && changed.is_empty() => Action::Restore,
+                Some(_) => Action::Update,
+            };
+            let text = text::blocked(kind, key, reasons.iter().map(|(_, reason)| reason.as_str()));
+            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id, fields, text });
+            self.plan.blocked.extend(reasons.into_iter().map(|(field, reason)| Blocked {
+                kind,
+                key: key.to_owned(),
+                field,
+                reason,
+            }));
+            return;
+        }
+
+        let resolved_value = |index: usize| match &resolved[index] {
+            Some(id) => Value::Text(id.clone()),
+            None => values[index].clone(),
+        };
+        let Some(current) = current else {
+            summary.create += 1;
+            let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
+            input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+            let text = text::create(kind, key, values);
+            self.plan.changes.push(Change { action: Action::Create, kind, key: key.to_owned(), id, fields, text });
+            let idempotency_key = kind.id_prefix().map(|_| hash::idempotency_key(&estate.caller, kind, key));
+            let method = if kind == Kind::OwnerQuota { "set" } else { "create" };
+            self.plan.calls.push(Call { method: method_name(kind, method), input, idempotency_key });
+            return;
+        };
+
+        if current.archived {
+            summary.restore += 1;
+            let text = text::restore(kind, key);
+            self.plan.changes.push(Change {
+                action: Action::Restore,
+                kind,
+                key: key.to_owned(),
+                id: id.clone(),
+                fields: Vec::new(),
+                text,
+            });
+            self.plan.calls.push(removal_call(kind, "restore", &current.id));
+        }
+        if changed.is_empty() {
+            if !current.archived {
+                summary.unchanged += 1;
+            }
+            return;
+        }
+        summary.update += 1;
+        let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
+        if kind == Kind::OwnerQuota {
+            input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+        } else {
+            changed.sort_unstable();
+            input.0.extend(changed.iter().map(|&index| (specs[index].name, resolved_value(index))));
+        }
+        let text = text::update(
+            kind,
+            key,
+            fields.iter().map(|change| (change.field, change.from.as_ref().unwrap_or(&change.to), &change.to)),
+        );
+        self.plan.changes.push(Change { action: Action::Update, kind, key: key.to_owned(), id, fields, text });
+        let method = if kind == Kind::OwnerQuota { "set" } else { "update" };
+        self.plan.calls.push(Call { method: method_name(kind, method), input, idempotency_key: None });
+    }
+
+    /// An offer must not go `to` the owner of its pool (the document's pool if there,
+    /// else the state's).
+    fn check_offer_owner(
+        &self,
+        values: &[Value],
+        resolved: &[Option<String>],
+        reasons: &mut Vec<(Option<&'static str>, String)>,
+    ) {
+        let (Some(pool_at), Some(to_at), Some(owner_at)) = (
+            schema::position(Kind::Offer, "pool"),
+            schema::position(Kind::Offer, "to"),
+            schema::position(Kind::Pool, "owner"),
+        ) else {
+            return;
+        };
+        let Some(pool_id) = resolved[pool_at].as_deref() else {
+            return;
+        };
+        let pools = Kind::Pool.index();
+        let owner = match self.keys_by_id[pools].get(pool_id) {
+            Some(pool_key) => self.entries[pools]
+                .binary_search_by(|entry| entry.key.cmp(pool_key))
+                .ok()
+                .map(|found| self.entries[pools][found].values[owner_at].as_text()),
+            None => self.estate.get(Kind::Pool, pool_id).map(|pool| pool.values[owner_at].as_text()),
+        };
+        let to = values[to_at].as_text();
+        if owner == Some(to) {
+            reasons.push((Some("to"), format!("to is the owner of pool {} ({to})", values[pool_at].as_text())));
+        }
+    }
+
+    /// With prune: removes live objects the document leaves out (SPEC §6.2), in reverse
+    /// kind order, by key within a kind.
+    fn prune(&mut self) {
+        let estate = self.estate;
+        let used_accounts = self.accounts_used_after_plan();
+        for kind in Kind::ALL.into_iter().rev() {
+            if kind == Kind::Site || !estate.runs(kind) {
+                continue;
+            }
+            let in_document = &self.keys_by_id[kind.index()];
+            let mut removals: Vec<(&str, &Current)> = estate
+                .objects(kind)
+                .iter()
+                .filter(|object| !object.archived && !in_document.contains_key(&object.id))
+                .filter(|object| kind != Kind::ProviderAccount || !used_accounts.contains(&object.id))
+                .map(|object| (estate.key_of(kind, &object.id), object))
+                .collect();
+            removals.sort_unstable_by(|left, right| left.0.cmp(right.0));
+            let action = if kind == Kind::Pool { Action::Archive } else { Action::Delete };
+            for (key, object) in removals {
+                match action {
+                    Action::Archive => self.plan.summary.archive += 1,
+                    _ => self.plan.summary.delete += 1,
+                }
+                let id = kind.id_prefix().map(|_| object.id.clone());
+                let text = text::removal(kind, key, action.verb());
+                self.plan.changes.push(Change { action, kind, key: key.to_owned(), id, fields: Vec::new(), text });
+                self.plan.calls.push(removal_call(kind, action.verb(), &object.id));
+            }
+        }
+    }
+
+    /// Accounts used by a pool that stays live after the plan: the document's pools
+    /// (with their new account), and live pools of the state the plan does not archive.
+    fn accounts_used_after_plan(&self) -> HashSet<String> {
+        let Some(account_at) = schema::position(Kind::Pool, "account") else {
+            return HashSet::new();
+        };
+        let pools = Kind::Pool.index();
+        let mut used: HashSet<String> = HashSet::new();
+        for entry in &self.entries[pools] {
+            let current = match &entry.target {
+                Target::Existing(current) => Some(current.values[account_at].as_text()),
+                Target::Create(_) | Target::UnknownId => None,
+            };
+            if let Some(id) = self.resolve(Kind::ProviderAccount, entry.values[account_at].as_text(), current) {
+                used.insert(id);
+            }
+        }
+        // `prune` runs only with prune on, so every live pool the document leaves out is
+        // archived, unless its module does not run; the document gives the others' account.
+        let pools_pruned = self.estate.runs(Kind::Pool);
+        for pool in self.estate.objects(Kind::Pool) {
+            let in_document = self.keys_by_id[pools].contains_key(&pool.id);
+            if !pool.archived && !in_document && !pools_pruned {
+                used.insert(pool.values[account_at].as_text().to_owned());
+            }
+        }
+        used
+    }
+}
+
+/// `compute.<group>.<verb>`.
+fn method_name(kind: Kind, verb: &str) -> String {
+    format!("compute.{}.{verb}", kind.group())
+}
+
+/// The first input field of a call: `id`, or `owner` for quotas.
+fn identity(kind: Kind, key: &str, id: Option<&str>) -> (&'static str, Value) {
+    match (kind, id) {
+        (Kind::OwnerQuota, _) | (_, None) => ("owner", Value::Text(key.to_owned())),
+        (_, Some(id)) => ("id", Value::Text(id.to_owned())),
+    }
+}
+
+/// A call that takes only the object's identity: delete, archive, restore.
+fn removal_call(kind: Kind, verb: &str, id: &str) -> Call {
+    let field = if kind == Kind::OwnerQuota { "owner" } else { "id" };
+    Call {
+        method: method_name(kind, verb),
+        input: Fields(vec![(field, Value::Text(id.to_owned()))]),
+        idempotency_key: None,
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
+mod tests {
+    use super::*;
+    use crate::Snapshot;
+    use crate::document::parse_plan;
+    use serde_json::json;
+
+    const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const ACCOUNT: &str = "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const POOL: &str = "pool_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    fn snapshot(modules: serde_json::Value, archived: bool) -> Snapshot {
+        serde_json::from_value(json!({
+            "caller": {"tenant": "acme", "principal": "alice"},
+            "modules": modules,
+            "sites": [{"id": SITE, "region": "r"}],
+            "providerAccounts": [{"id": ACCOUNT, "provider": "aws"}],
+            "pools": [{"id": POOL, "site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "archived": archived}],
+            "flavors": [{"id": "flv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pool": POOL}],
+            "bindings": [{"kind": "pool", "name": "old", "id": POOL}]
+        }))
+        .unwrap()
+    }
+
+    fn plan_of(snapshot: Snapshot, document: serde_json::Value, prune: bool) -> Plan {
+        let (request, problems) =
+            parse_plan(&json!({"document": document, "prune": prune}).to_string(), false).unwrap();
+        plan(&Estate::new(snapshot), &request, problems).unwrap()
+    }
+
+    fn methods(plan: &Plan) -> Vec<&str> {
+        plan.calls.iter().map(|call| call.method.as_str()).collect()
+    }
+
+    #[test]
+    fn creates_and_updates_go_by_kind_then_removals_in_reverse() {
+        let document = json!({
+            "flavors": {"b": {"pool": "new"}, "a": {"pool": "new"}},
+            "pools": {"new": {"site": SITE, "account": "acct", "class": "gpu", "owner": "o"}},
+            "providerAccounts": {"acct": {"provider": "aws"}}
+        });
+        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        assert_eq!(
+            methods(&plan),
+            [
+                "compute.accounts.create",
+                "compute.pools.create",
+                "compute.flavors.create",
+                "compute.flavors.create",
+                "compute.flavors.delete",
+                "compute.pools.archive",
+                "compute.accounts.delete",
+            ]
+        );
+        let keys: Vec<&str> = plan.changes.iter().map(|change| change.key.as_str()).collect();
+        assert_eq!(keys, ["acct", "new", "a", "b", "flv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "old", ACCOUNT]);
+        assert_eq!(plan.summary, Summary { create: 4, delete: 2, archive: 1, ..Summary::default() });
+    }
+
+    #[test]
+    fn prune_keeps_accounts_of_pools_that_stay_live() {
+        // The pools module does not run: its pool stays live, so its account stays.
+        let modules = json!(["site", "providerAccount", "ownerQuota", "offer", "flavor"]);
+        let plan = plan_of(snapshot(modules, false), json!({}), true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete"]);
+        // An archived pool does not keep its account.
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({}), true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete", "compute.accounts.delete"]);
+        // A pool of the document does.
+        let document = json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o"}}});
+        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        assert_eq!(methods(&plan), ["compute.flavors.delete"]);
+    }
+
+    #[test]
+    fn restore_comes_before_update_and_archived_objects_are_not_pruned_again() {
+        let document =
+            json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "gpus": 1}}});
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), document, false);
+        assert_eq!(methods(&plan), ["compute.pools.restore", "compute.pools.update"]);
+        assert_eq!(plan.changes[1].text, "~ pool old: update (gpus 0 -> 1)");
+        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({"flavors": {}}), true);
+        assert!(!methods(&plan).contains(&"compute.pools.archive"));
+    }
+}
