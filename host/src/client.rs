@@ -51,7 +51,8 @@ impl Client {
 
     /// POSTs `body` to `/api/compute/<method>` and returns the JSON answer.
     pub fn call(&self, method: &str, body: &Value) -> Result<Value, CliError> {
-        let token = self.token.as_deref().ok_or_else(|| CliError::Input("no token: pass --token or set FLEET_TOKEN".into()))?;
+        let token =
+            self.token.as_deref().ok_or_else(|| CliError::Input("no token: pass --token or set FLEET_TOKEN".into()))?;
         let authority = self.server.authority().ok_or_else(|| CliError::Input("--server needs a host".into()))?.clone();
         let path = format!("{}/api/compute/{method}", self.server.path().trim_end_matches('/'));
         let request = Request::post(path)
@@ -73,7 +74,8 @@ impl Client {
                 .await
                 .map_err(|error| CliError::Transport(error.to_string()))?;
             tokio::spawn(connection);
-            let response = sender.send_request(request).await.map_err(|error| CliError::Transport(error.to_string()))?;
+            let response =
+                sender.send_request(request).await.map_err(|error| CliError::Transport(error.to_string()))?;
             let status = response.status();
             let bytes = response.into_body().collect().await.map_err(|error| CliError::Transport(error.to_string()))?;
             Ok::<_, CliError>((status, bytes.to_bytes()))
@@ -100,7 +102,8 @@ fn is_yaml_path(path: &Path) -> bool {
 
 /// Reads a FleetConfig (or a saved plan) as JSON or YAML: by extension, else by content.
 pub fn read_document(path: &Path) -> Result<Value, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
     let looks_like_json = text.trim_start().starts_with('{');
     if is_yaml_path(path) || !looks_like_json {
         serde_yaml_ng::from_str(&text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))
@@ -133,7 +136,9 @@ pub fn report(error: &CliError, file: Option<&Path>) {
             eprintln!("  {prefix}{}", blocked_line(blocked));
         }
         if let (Some(expected), Some(actual)) = (details["expected"].as_str(), details["actual"].as_str()) {
-            eprintln!("  expected plan {expected}\n  current plan  {actual}\n  the estate moved since the plan was made: plan again");
+            eprintln!(
+                "  expected plan {expected}\n  current plan  {actual}\n  the estate moved since the plan was made: plan again"
+            );
         }
     }
 }
@@ -286,7 +291,11 @@ pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: 
     } else {
         print!("{}", render_plan(&plan));
         if let Some(out) = out {
-            println!("Saved to {}; apply exactly this plan with `fleet apply --plan {}`.", out.display(), out.display());
+            println!(
+                "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.",
+                out.display(),
+                out.display()
+            );
         }
     }
     let has = |list: &str| plan[list].as_array().is_some_and(|items| !items.is_empty());
@@ -317,7 +326,10 @@ pub fn apply(client: &Client, source: &ApplySource, raw: bool) -> Result<u8, Cli
         ApplySource::SavedPlan(file) => {
             let saved = read_document(file)?;
             let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
-                CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
+                CliError::Input(format!(
+                    "{}: not a plan saved by `fleet plan --out` (no plan.planHash)",
+                    file.display()
+                ))
             })?;
             json!({"document": saved["document"], "prune": saved["prune"].as_bool().unwrap_or(false), "planHash": hash})
         }

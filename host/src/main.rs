@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use fleet::client::{self, ApplySource, Client, CliError};
+use fleet::client::{self, ApplySource, CliError, Client};
 use fleet::{App, Config, auth, db, demo};
-use std::process::ExitCode;
 use fleet_guest::Kind;
+use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(name = "fleet", version, about = "A declarative control plane for compute capacity")]
@@ -156,7 +156,9 @@ fn main() -> ExitCode {
         _ => None,
     };
     let outcome = match cli.command {
-        Command::Export { server, output } => client(&server).and_then(|client| client::export(&client, output.as_deref())),
+        Command::Export { server, output } => {
+            client(&server).and_then(|client| client::export(&client, output.as_deref()))
+        }
         Command::Plan { server, file, prune, out, json } => {
             client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
         }
