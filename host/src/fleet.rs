@@ -19,21 +19,37 @@ use crate::sandbox::{Entry, Session, Source};
 
 pub fn register(registry: &mut Registry) {
     registry.register(
-        Method::fleet("export", MethodKind::Read, Arc::new(export))
+        Method::planner("fleet", "export", MethodKind::Read, Arc::new(export))
             .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run."),
     );
     registry.register(
-        Method::fleet("plan", MethodKind::Read, Arc::new(plan))
+        Method::planner("fleet", "plan", MethodKind::Read, Arc::new(plan))
             .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing."),
     );
     registry.register(
-        Method::fleet("apply", MethodKind::Mutation, Arc::new(apply))
+        Method::planner("fleet", "apply", MethodKind::Mutation, Arc::new(apply))
             .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied."),
     );
     registry.register(
-        Method::fleet("status", MethodKind::Read, Arc::new(status))
+        Method::planner("fleet", "status", MethodKind::Read, Arc::new(status))
             .summary("The last applied document's hash, applier and time, and the drift found at the last check."),
     );
+    // Not a fleet method (the fleet group is export, plan, apply and status): the read
+    // that hosts of the planner component other than this one, such as the browser
+    // preview, plan from.
+    registry.register(
+        Method::planner("preview", "snapshot", MethodKind::Read, Arc::new(snapshot))
+            .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the browser preview."),
+    );
+}
+
+/// The state a planner reads, in one answer: the caller, the modules run, every table
+/// and the name bindings. A browser (or any other host of the component) supplies the
+/// WIT module adapters from it and plans with no further round trip.
+fn snapshot(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
+    crate::input::Input::new(input)?.finish()?;
+    let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::state::snapshot(&app, db, &caller))?;
+    serde_json::to_string(&snapshot).map_err(ApiError::internal)
 }
 
 /// The planner run as `caller` on a snapshot of the tenant: one read transaction

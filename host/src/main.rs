@@ -28,6 +28,12 @@ enum Command {
     /// Creates tenants and tokens directly on the database.
     #[command(subcommand)]
     Admin(Admin),
+    /// Writes the planner component this binary embeds (for other hosts, e.g. jco).
+    Component {
+        /// The file to write.
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+    },
     /// Prints the tenant's estate as a FleetConfig document.
     Export {
         #[command(flatten)]
@@ -194,7 +200,7 @@ fn client(args: &ServerArgs) -> Result<Client, CliError> {
     Client::new(&args.server, args.token.clone())
 }
 
-/// The commands that work on the database directly.
+/// The commands that run here rather than against a server.
 fn local(db_path: PathBuf, command: Command) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -215,6 +221,11 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             let token = auth::create_token(&*pool.get()?, &tenant, &principal, &grants, &db::now())?;
             println!("created a token for {principal} in tenant {tenant}; it is shown only once:");
             println!("{token}");
+            Ok(())
+        }
+        Command::Component { output } => {
+            std::fs::write(&output, fleet::sandbox::PLANNER)
+                .with_context(|| format!("writing {}", output.display()))?;
             Ok(())
         }
         Command::Export { .. } | Command::Plan { .. } | Command::Apply { .. } | Command::Status { .. } => {

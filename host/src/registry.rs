@@ -96,9 +96,10 @@ impl Method {
         }
     }
 
-    /// A fleet method: `compute:fleet:admin @ compute-fleet`, phase v0.2.
-    pub fn fleet(method: &str, kind: MethodKind, composite: Composite) -> Method {
-        Method::with_run("fleet", method, kind, Run::Composite(composite))
+    /// A method that runs the planner, decided like fleet's own methods:
+    /// `compute:fleet:admin @ compute-fleet`, phase v0.2.
+    pub fn planner(group: &str, method: &str, kind: MethodKind, composite: Composite) -> Method {
+        Method::with_run(group, method, kind, Run::Composite(composite))
             .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.2")
     }

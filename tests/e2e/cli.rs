@@ -74,7 +74,8 @@ fn plan_apply_status_and_export_with_ci_exit_codes() {
     assert_eq!(raw["summary"]["create"], 6);
     // YAML and JSON documents are the same document.
     let json_document = write(dir, "estate.json", &estate().to_string());
-    let from_json: Value = serde_json::from_slice(&fleet(&server, &token, &["plan", &json_document, "--json"]).stdout).unwrap();
+    let from_json: Value =
+        serde_json::from_slice(&fleet(&server, &token, &["plan", &json_document, "--json"]).stdout).unwrap();
     assert_eq!(from_json["planHash"], raw["planHash"]);
 
     let applied = fleet(&server, &token, &["apply", &document, "--plan-hash", raw["planHash"].as_str().unwrap()]);
@@ -87,7 +88,11 @@ fn plan_apply_status_and_export_with_ci_exit_codes() {
 
     let status = fleet(&server, &token, &["status"]);
     assert_eq!(status.status.code(), Some(0));
-    assert!(stdout(&status).contains(&format!("Applied {} by alice", raw["planHash"].as_str().unwrap())), "{}", stdout(&status));
+    assert!(
+        stdout(&status).contains(&format!("Applied {} by alice", raw["planHash"].as_str().unwrap())),
+        "{}",
+        stdout(&status)
+    );
     assert!(stdout(&status).contains("In sync"), "{}", stdout(&status));
 
     let exported = fleet(&server, &token, &["export", "-o", "exported.yaml"]);

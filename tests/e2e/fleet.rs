@@ -381,3 +381,33 @@ fn the_demo_serves_a_token_and_an_estate() {
     );
     assert_eq!(server.ok(token, "fleet/status", json!({}))["applied"]["appliedBy"], "demo-admin");
 }
+
+#[test]
+fn the_preview_snapshot_lets_another_host_plan_byte_for_byte() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let snapshot = server.ok(&token, "preview/snapshot", json!({}));
+    assert_eq!(snapshot["caller"], json!({"tenant": "acme", "principal": "alice"}));
+    assert_eq!(snapshot["pools"].as_array().unwrap().len(), 1);
+    assert_eq!(snapshot["bindings"].as_array().unwrap().len(), 5);
+
+    let mut changed = estate();
+    changed["pools"]["gpu-a"]["gpus"] = json!(128);
+    let request = json!({"document": changed, "prune": true}).to_string();
+    let snapshot: fleet_guest::Snapshot = serde_json::from_value(snapshot).unwrap();
+    let elsewhere = fleet_guest::plan(&snapshot, &request).unwrap();
+    let here = reqwest::blocking::Client::new()
+        .post(format!("{}/api/compute/fleet/plan", server.base))
+        .bearer_auth(&token)
+        .body(request)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(elsewhere, here);
+
+    let (status, _) =
+        server.call(&server.token("acme", "reader", &["compute:*:read @ *"]), "preview/snapshot", json!({}));
+    assert_eq!(status, 403);
+}
