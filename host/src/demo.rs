@@ -73,7 +73,7 @@ pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
         if let Value::Object(sections) = &mut document {
             sections.retain(|section, _| Kind::ALL.iter().any(|kind| kind.section() == section && app.runs(*kind)));
         }
-        dispatch(app, caller, db, method, json!({ "document": document }))
+        dispatch(app, caller, db, method, json!({ "document": document }).to_string().as_bytes())
             .map_err(|error: ApiError| anyhow::anyhow!("applying the demo estate failed: {error}"))?;
     }
     Ok(token)

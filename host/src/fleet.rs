@@ -14,6 +14,8 @@ use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::db::{self, Conn};
 use crate::events;
+use crate::input::Input;
+use crate::server::parse_body;
 use crate::registry::{Method, MethodKind, Registry};
 use crate::sandbox::{Entry, Session, Source};
 
@@ -46,8 +48,8 @@ pub fn register(registry: &mut Registry) {
 /// The state a planner reads, in one answer: the caller, the modules run, every table
 /// and the name bindings. A browser (or any other host of the component) supplies the
 /// WIT module adapters from it and plans with no further round trip.
-fn snapshot(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
-    crate::input::Input::new(input)?.finish()?;
+fn snapshot(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    Input::new(parse_body(body.as_bytes())?)?.finish()?;
     let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::state::snapshot(&app, db, &caller))?;
     serde_json::to_string(&snapshot).map_err(ApiError::internal)
 }
@@ -62,20 +64,20 @@ pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, reque
     result
 }
 
-fn export(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
-    run_planner(&app, caller, db, Entry::Export, &input.to_string())
+fn export(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    run_planner(&app, caller, db, Entry::Export, body)
 }
 
-fn plan(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
-    run_planner(&app, caller, db, Entry::Plan, &input.to_string())
+fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    run_planner(&app, caller, db, Entry::Plan, body)
 }
 
 /// SPEC §6.3: plan; check the hash and blocked changes; authorize every planned call
 /// with no transaction open; then, in one write transaction, let a fresh planner plan
 /// again and run the calls through the module handlers; record bindings and the
 /// applied document; commit.
-fn apply(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
-    let Value::Object(mut request) = input else {
+fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    let Value::Object(mut request) = parse_body(body.as_bytes())? else {
         return Err(ApiError::invalid(vec![crate::api::Problem {
             path: String::new(),
             message: "the request body must be a JSON object".into(),
@@ -186,9 +188,8 @@ fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applie
     Ok(())
 }
 
-fn status(app: Arc<App>, caller: Caller, db: Conn, input: Value) -> Result<String, ApiError> {
-    crate::input::Input::new(input)?.finish()?;
-    let _ = app;
+fn status(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    Input::new(parse_body(body.as_bytes())?)?.finish()?;
     let output = db::transaction(&db, db::Tx::Read, |db| {
         let mut output = Map::new();
         let applied = db

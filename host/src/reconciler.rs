@@ -159,7 +159,15 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
     use super::*;
+    use crate::app::Config;
+    use crate::auth::Grant;
+    use crate::registry::Ctx;
+    use crate::server::dispatch;
 
     #[test]
     fn only_a_change_of_answer_publishes() {
@@ -168,5 +176,123 @@ mod tests {
         assert_eq!(transition(Some("sha256:a"), Some("sha256:a")), None);
         assert_eq!(transition(Some("sha256:a"), Some("sha256:b")), Some(events::DRIFTED));
         assert_eq!(transition(Some("sha256:a"), None), Some(events::CONVERGED));
+    }
+
+    struct Fixture {
+        app: Arc<App>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture(drift_interval: Duration) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(dir.path().join("fleet.db"));
+        config.drift_interval = drift_interval;
+        let app = App::new(config).unwrap();
+        Fixture { app, _dir: dir }
+    }
+
+    fn caller(tenant: &str) -> Caller {
+        Caller { tenant: tenant.into(), principal: "alice".into(), grants: vec![Grant::parse("compute:*:*@*").unwrap()] }
+    }
+
+    fn document() -> Value {
+        json!({"sites": {"eu-west": {"region": "eu-west-1"}},
+               "providerAccounts": {"aws": {"provider": "aws"}},
+               "pools": {"gpu-a": {"site": "eu-west", "account": "aws", "class": "gpu", "owner": "team-ml", "gpus": 8}}})
+    }
+
+    impl Fixture {
+        fn tenant_with_applied_document(&self, tenant: &str) {
+            let db = self.app.db.get().unwrap();
+            crate::auth::create_tenant(&db, tenant, "2026-11-30T00:00:00Z").unwrap();
+            let apply = self.app.registry.by_name("compute.fleet.apply").unwrap();
+            dispatch(&self.app, caller(tenant), db, apply, json!({"document": document()}).to_string().as_bytes()).unwrap();
+        }
+
+        fn call(&self, tenant: &str, method: &str, input: Value) -> Value {
+            let db = self.app.db.get().unwrap();
+            let caller = caller(tenant);
+            let method = self.app.registry.by_name(method).unwrap();
+            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { app: &self.app, caller: &caller, db }, input)).unwrap()
+        }
+
+        fn set_gpus(&self, tenant: &str, gpus: u64) {
+            let pool = self.call(tenant, "compute.pools.list", json!({}))["items"][0]["id"].clone();
+            self.call(tenant, "compute.pools.update", json!({"id": pool, "gpus": gpus}));
+        }
+
+        fn event_types(&self, tenant: &str) -> Vec<String> {
+            let events = self.call(tenant, "compute.events.list", json!({}));
+            events["events"].as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap().to_owned()).collect()
+        }
+    }
+
+    #[test]
+    fn checks_publish_once_per_change_of_answer() {
+        let fixture = fixture(Duration::from_secs(900));
+        fixture.tenant_with_applied_document("acme");
+        assert_eq!(check_all(&fixture.app), [("acme".to_owned(), Outcome::Converged)]);
+        assert!(fixture.event_types("acme").is_empty());
+
+        fixture.set_gpus("acme", 4);
+        let outcome = check_all(&fixture.app);
+        assert!(matches!(&outcome[0].1, Outcome::Drifted { .. }), "{outcome:?}");
+        assert_eq!(check_all(&fixture.app), outcome, "the same drift again");
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"]);
+
+        // Drift is identified by its plan hash (what an apply would do): the same
+        // correction is the same drift, whatever the value it corrects.
+        fixture.set_gpus("acme", 2);
+        check_all(&fixture.app);
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"], "the same correction");
+        let pool = fixture.call("acme", "compute.pools.list", json!({}))["items"][0]["id"].clone();
+        fixture.call("acme", "compute.pools.update", json!({"id": pool, "vcpus": 3}));
+        check_all(&fixture.app);
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted"], "a different drift");
+
+        fixture.set_gpus("acme", 8);
+        fixture.call("acme", "compute.pools.update", json!({"id": pool, "vcpus": 0}));
+        assert_eq!(check_all(&fixture.app), [("acme".to_owned(), Outcome::Converged)]);
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted", "fleet.converged"]);
+    }
+
+    #[test]
+    fn one_tenants_failure_does_not_stop_the_others() {
+        let fixture = fixture(Duration::from_secs(900));
+        fixture.tenant_with_applied_document("broken");
+        fixture.tenant_with_applied_document("healthy");
+        let db = fixture.app.db.get().unwrap();
+        db.execute("UPDATE fleet_applied SET document = 'not json' WHERE tenant = 'broken'", []).unwrap();
+        fixture.set_gpus("healthy", 1);
+        let outcomes = check_all(&fixture.app);
+        assert!(matches!(&outcomes[0], (tenant, Outcome::Failed(_)) if tenant == "broken"), "{outcomes:?}");
+        assert!(matches!(&outcomes[1], (tenant, Outcome::Drifted { .. }) if tenant == "healthy"), "{outcomes:?}");
+        assert_eq!(fixture.event_types("healthy"), ["fleet.drifted"]);
+    }
+
+    /// The schedule, in paused time: nothing before the first interval, a check after it.
+    #[tokio::test(start_paused = true)]
+    async fn checks_run_every_interval() {
+        let interval = Duration::from_secs(15 * 60);
+        let fixture = fixture(interval);
+        fixture.tenant_with_applied_document("acme");
+        fixture.set_gpus("acme", 1);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let reconciler = tokio::spawn(run(fixture.app.clone(), async move {
+            let _ = stopped.await;
+        }));
+
+        tokio::time::sleep(interval - Duration::from_secs(60)).await;
+        assert!(fixture.event_types("acme").is_empty(), "no check before the interval");
+
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        // The check itself runs on a blocking thread in real time.
+        let started = std::time::Instant::now();
+        while fixture.event_types("acme").is_empty() && started.elapsed() < Duration::from_secs(30) {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
+        }
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"]);
+        let _ = stop.send(());
+        reconciler.await.unwrap();
     }
 }

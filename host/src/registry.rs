@@ -43,9 +43,9 @@ pub type Handler = Arc<dyn Fn(&Ctx, Value) -> Result<Value, ApiError> + Send + S
 
 /// A method that runs the planner and manages its own transaction: it takes the
 /// connection, which the sandbox store owns while the guest runs.
-/// It answers with the planner's JSON text as it is, so that the bytes the component
-/// produced are the bytes the client gets.
-pub type Composite = Arc<dyn Fn(Arc<App>, Caller, Conn, Value) -> Result<String, ApiError> + Send + Sync>;
+/// It takes the request body as it came and answers with the planner's JSON text as it
+/// is, so that the bytes the component produced are the bytes the client gets.
+pub type Composite = Arc<dyn Fn(Arc<App>, Caller, Conn, &str) -> Result<String, ApiError> + Send + Sync>;
 
 pub enum Run {
     InTransaction(Handler),

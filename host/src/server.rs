@@ -88,16 +88,16 @@ async fn call(app: Arc<App>, request: Request<Incoming>) -> Result<String, ApiEr
         let caller = auth::authenticate(&db, Some(&authorization))?;
         let method = app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
         auth::authorize(&caller, method)?;
-        let input = parse_body(&body)?;
-        dispatch(&app, caller, db, method, input)
+        dispatch(&app, caller, db, method, &body)
     })
     .await
     .unwrap_or_else(|panic| Err(ApiError::internal(format_args!("handler panicked: {panic}"))))
 }
 
-/// Runs a method as `caller`: module methods in a transaction of their kind, composite
-/// (fleet) methods with the connection handed over.
-pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, input: Value) -> Result<String, ApiError> {
+/// Runs a method as `caller` on a request body: module methods get the parsed body in a
+/// transaction of their kind; composite (planner) methods get the connection and the
+/// body as it came, which the planner parses and validates itself.
+pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body: &[u8]) -> Result<String, ApiError> {
     if app.config.read_only && method.kind == MethodKind::Mutation {
         return Err(ApiError::new(
             Code::Unsupported,
@@ -110,13 +110,20 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, input
                 MethodKind::Read => Tx::Read,
                 MethodKind::Mutation => Tx::Write,
             };
+            let input = parse_body(body)?;
             let result = db::transaction(&db, mode, |db| handler(&Ctx { app, caller: &caller, db }, input));
             if result.is_ok() && method.kind == MethodKind::Mutation {
                 let _ = app.events.send(());
             }
             result.map(|output| output.to_string())
         }
-        Run::Composite(composite) => composite(app.clone(), caller, db, input),
+        Run::Composite(composite) => {
+            let text = std::str::from_utf8(body).map_err(|_| {
+                ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
+            })?;
+            let text = if text.trim().is_empty() { "{}" } else { text };
+            composite(app.clone(), caller, db, text)
+        }
     }
 }
 
@@ -144,7 +151,7 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
 }
 
 /// An empty body means `{}`.
-fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Default::default()));
     }

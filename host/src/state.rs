@@ -1,104 +1,119 @@
 //! The tenant's state in the planner's own types, read from the module tables: what the
-//! WIT module adapters hand the guest, and what the native planner reads in benchmarks.
-//! A kind whose module this deployment does not run reads as empty.
+//! WIT module adapters hand the guest, and what other planner hosts get from
+//! `compute.preview.snapshot`. A kind whose module this deployment does not run reads as
+//! empty. The columns are those of `db/migrations/0002_modules.sql`; the module tests and
+//! the golden round trips (export, then plan: no calls) keep the two in step.
 
+use fleet_guest::state::StringMap;
 use fleet_guest::{Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
-use rusqlite::Connection;
+use rusqlite::{Connection, Row};
 
 use crate::api::ApiError;
 use crate::app::App;
 use crate::auth::Caller;
-use crate::modules::{self, Object};
 
-fn table(app: &App, db: &Connection, tenant: &str, kind: Kind) -> Result<Vec<Object>, ApiError> {
+/// Reads a whole table of the tenant with typed SQL: this is the hot path of every
+/// plan, so it skips the generic module objects.
+fn query<T>(
+    app: &App,
+    db: &Connection,
+    tenant: &str,
+    kind: Kind,
+    sql: &str,
+    row: impl Fn(&Row) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, ApiError> {
     if !app.runs(kind) {
         return Ok(Vec::new());
     }
-    modules::load_all(db, modules::of(kind), tenant)
+    let mut statement = db.prepare_cached(sql)?;
+    let rows = statement.query_map([tenant], |found| row(found))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A map column (JSON text of string to string).
+fn map(row: &Row, index: usize) -> rusqlite::Result<StringMap> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(error)))
+}
+
+fn count(row: &Row, index: usize) -> rusqlite::Result<u64> {
+    Ok(row.get::<_, i64>(index)?.max(0) as u64)
 }
 
 pub fn sites(app: &App, db: &Connection, tenant: &str) -> Result<Vec<Site>, ApiError> {
-    Ok(table(app, db, tenant, Kind::Site)?
-        .into_iter()
-        .map(|site| Site {
-            region: site.text("region").into(),
-            description: site.text("description").into(),
-            labels: site.pairs("labels").into_iter().collect(),
-            id: site.key,
-        })
-        .collect())
+    let sql = "SELECT id, region, description, labels FROM sites WHERE tenant = ?1 ORDER BY id";
+    query(app, db, tenant, Kind::Site, sql, |row| {
+        Ok(Site { id: row.get(0)?, region: row.get(1)?, description: row.get(2)?, labels: map(row, 3)? })
+    })
 }
 
 pub fn provider_accounts(app: &App, db: &Connection, tenant: &str) -> Result<Vec<ProviderAccount>, ApiError> {
-    Ok(table(app, db, tenant, Kind::ProviderAccount)?
-        .into_iter()
-        .map(|account| ProviderAccount {
-            provider: account.text("provider").into(),
-            credentials_ref: account.text("credentialsRef").into(),
-            settings: account.pairs("settings").into_iter().collect(),
-            id: account.key,
-        })
-        .collect())
+    let sql = "SELECT id, provider, credentials_ref, settings FROM accounts WHERE tenant = ?1 ORDER BY id";
+    query(app, db, tenant, Kind::ProviderAccount, sql, |row| {
+        Ok(ProviderAccount { id: row.get(0)?, provider: row.get(1)?, credentials_ref: row.get(2)?, settings: map(row, 3)? })
+    })
 }
 
 pub fn pools(app: &App, db: &Connection, tenant: &str) -> Result<Vec<Pool>, ApiError> {
-    Ok(table(app, db, tenant, Kind::Pool)?
-        .into_iter()
-        .map(|pool| Pool {
-            site: pool.text("site").into(),
-            account: pool.text("account").into(),
-            class: pool.text("class").into(),
-            owner: pool.text("owner").into(),
-            vcpus: pool.count("vcpus"),
-            memory_mib: pool.count("memoryMib"),
-            gpus: pool.count("gpus"),
-            labels: pool.pairs("labels").into_iter().collect(),
-            archived: pool.archived,
-            id: pool.key,
+    let sql = "SELECT id, site, account, class, owner, vcpus, memory_mib, gpus, labels, archived
+               FROM pools WHERE tenant = ?1 ORDER BY id";
+    query(app, db, tenant, Kind::Pool, sql, |row| {
+        Ok(Pool {
+            id: row.get(0)?,
+            site: row.get(1)?,
+            account: row.get(2)?,
+            class: row.get(3)?,
+            owner: row.get(4)?,
+            vcpus: count(row, 5)?,
+            memory_mib: count(row, 6)?,
+            gpus: count(row, 7)?,
+            labels: map(row, 8)?,
+            archived: row.get(9)?,
         })
-        .collect())
+    })
 }
 
 pub fn owner_quotas(app: &App, db: &Connection, tenant: &str) -> Result<Vec<OwnerQuota>, ApiError> {
-    Ok(table(app, db, tenant, Kind::OwnerQuota)?
-        .into_iter()
-        .map(|quota| OwnerQuota {
-            vcpus: quota.count("vcpus"),
-            memory_mib: quota.count("memoryMib"),
-            gpus: quota.count("gpus"),
-            instances: quota.count("instances"),
-            owner: quota.key,
+    let sql = "SELECT owner, vcpus, memory_mib, gpus, instances FROM quotas WHERE tenant = ?1 ORDER BY owner";
+    query(app, db, tenant, Kind::OwnerQuota, sql, |row| {
+        Ok(OwnerQuota {
+            owner: row.get(0)?,
+            vcpus: count(row, 1)?,
+            memory_mib: count(row, 2)?,
+            gpus: count(row, 3)?,
+            instances: count(row, 4)?,
         })
-        .collect())
+    })
 }
 
 pub fn offers(app: &App, db: &Connection, tenant: &str) -> Result<Vec<Offer>, ApiError> {
-    Ok(table(app, db, tenant, Kind::Offer)?
-        .into_iter()
-        .map(|offer| Offer {
-            pool: offer.text("pool").into(),
-            to: offer.text("to").into(),
-            vcpus: offer.count("vcpus"),
-            memory_mib: offer.count("memoryMib"),
-            gpus: offer.count("gpus"),
-            id: offer.key,
+    let sql = "SELECT id, pool, to_owner, vcpus, memory_mib, gpus FROM offers WHERE tenant = ?1 ORDER BY id";
+    query(app, db, tenant, Kind::Offer, sql, |row| {
+        Ok(Offer {
+            id: row.get(0)?,
+            pool: row.get(1)?,
+            to: row.get(2)?,
+            vcpus: count(row, 3)?,
+            memory_mib: count(row, 4)?,
+            gpus: count(row, 5)?,
         })
-        .collect())
+    })
 }
 
 pub fn flavors(app: &App, db: &Connection, tenant: &str) -> Result<Vec<Flavor>, ApiError> {
-    Ok(table(app, db, tenant, Kind::Flavor)?
-        .into_iter()
-        .map(|flavor| Flavor {
-            pool: flavor.text("pool").into(),
-            vcpus: flavor.count("vcpus"),
-            memory_mib: flavor.count("memoryMib"),
-            gpus: flavor.count("gpus"),
-            disk_gib: flavor.count("diskGib"),
-            archived: flavor.archived,
-            id: flavor.key,
+    let sql = "SELECT id, pool, vcpus, memory_mib, gpus, disk_gib, archived FROM flavors WHERE tenant = ?1 ORDER BY id";
+    query(app, db, tenant, Kind::Flavor, sql, |row| {
+        Ok(Flavor {
+            id: row.get(0)?,
+            pool: row.get(1)?,
+            vcpus: count(row, 2)?,
+            memory_mib: count(row, 3)?,
+            gpus: count(row, 4)?,
+            disk_gib: count(row, 5)?,
+            archived: row.get(6)?,
         })
-        .collect())
+    })
 }
 
 /// Everything the planner reads of the caller's tenant, at once.

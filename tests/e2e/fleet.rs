@@ -411,3 +411,34 @@ fn the_preview_snapshot_lets_another_host_plan_byte_for_byte() {
         server.call(&server.token("acme", "reader", &["compute:*:read @ *"]), "preview/snapshot", json!({}));
     assert_eq!(status, 403);
 }
+
+#[test]
+fn drift_events_stream_as_server_sent_events() {
+    use std::io::{BufRead, BufReader};
+    let server = Server::start(&["--drift-interval", "300ms"]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+
+    let (status, _) = server.get("/api/compute/events/stream");
+    assert_eq!(status, 401);
+    let stream = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .get(format!("{}/api/compute/events/stream", server.base))
+        .bearer_auth(&token)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+
+    let pool = server.ok(&token, "pools/list", json!({}))["items"][0]["id"].clone();
+    server.ok(&token, "pools/update", json!({"id": pool, "gpus": 1}));
+    let mut lines = BufReader::new(stream).lines();
+    let event = lines.by_ref().map(Result::unwrap).find(|line| line.starts_with("event: ")).unwrap();
+    assert_eq!(event, "event: fleet.drifted");
+    let data = lines.next().unwrap().unwrap();
+    let data: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(data["tenant"], "acme");
+    assert_eq!(data["type"], "fleet.drifted");
+}
