@@ -409,7 +409,7 @@ fn write(
     let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
     let assignments: Vec<String> = names
         .iter()
-        .filter(|name| !matches!(**name, "tenant" | "id" | "owner" | "created_at" | "idempotency_key"))
+        .filter(|name| !matches!(**name, "tenant" | "created_at" | "idempotency_key") && **name != module.key_field())
         .map(|name| format!("{name} = excluded.{name}"))
         .collect();
     let sql = format!(
