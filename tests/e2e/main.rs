@@ -2,4 +2,5 @@
 //! file in a temp dir.
 
 mod foundation;
+mod modules;
 mod support;
