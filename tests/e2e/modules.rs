@@ -802,3 +802,24 @@ fn hostile_requests_never_crash_the_server() {
     assert_eq!(server.get("/healthz"), (200, "ok".to_owned()));
     assert_eq!(acme.items("pools").len(), 1);
 }
+
+#[test]
+fn a_module_that_is_not_run_serves_no_methods() {
+    let server = Server::start(&["--modules", "sites,accounts"]);
+    let acme = Client::new(&server, "acme");
+    acme.site();
+    acme.account();
+    for group in ["pools", "quotas", "offers", "flavors"] {
+        acme.fails(&format!("{group}/list"), json!({}), "NOT_FOUND");
+    }
+    let (_, catalogue) = server.get("/api/methods");
+    let catalogue: Value = serde_json::from_str(&catalogue).expect("the catalogue is JSON");
+    let modules: Vec<&str> = catalogue["methods"]
+        .as_array()
+        .expect("methods")
+        .iter()
+        .filter_map(|method| method["module"].as_str())
+        .collect();
+    assert!(modules.contains(&"sites") && modules.contains(&"accounts"));
+    assert!(!modules.iter().any(|module| ["pools", "quotas", "offers", "flavors"].contains(module)), "{modules:?}");
+}
