@@ -33,6 +33,12 @@ impl Input {
         self.problems.push(Problem { path: pointer(field), message: message.into() });
     }
 
+    /// Adds problems found elsewhere (e.g. by rules that read stored state), so that
+    /// [`Input::finish`] reports them together with the shape problems.
+    pub fn extend(&mut self, problems: impl IntoIterator<Item = Problem>) {
+        self.problems.extend(problems);
+    }
+
     pub fn has(&self, field: &str) -> bool {
         self.fields.contains_key(field)
     }
@@ -158,19 +164,43 @@ mod tests {
         assert!(!is_name("pool_abc"));
     }
 
+    fn paths(error: &ApiError) -> Vec<String> {
+        let problems = error.details.as_ref().and_then(|details| details["problems"].as_array()).expect("problems");
+        problems.iter().map(|problem| problem["path"].as_str().expect("a path").to_owned()).collect()
+    }
+
     #[test]
     fn every_problem_is_reported_at_once() {
-        let mut input = Input::new(json!({"vcpus": -1, "labels": {"a": 1}, "extra": true})).unwrap();
+        let mut input =
+            Input::new(json!({"vcpus": -1, "labels": {"a": 1, "b/c": 2}, "extra": true})).expect("an object");
         assert_eq!(input.count("vcpus", false), None);
         assert_eq!(input.string_map("labels", false), None);
         assert_eq!(input.string("region", true), None);
-        let error = input.finish().unwrap_err();
-        let paths: Vec<_> = error.details.unwrap()["problems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|problem| problem["path"].as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(paths, ["/vcpus", "/labels/a", "/region", "/extra"]);
+        input.extend([Problem { path: "/to".into(), message: "a rule of the module".into() }]);
+        let error = input.finish().expect_err("the input has problems");
+        assert_eq!(paths(&error), ["/vcpus", "/labels/a", "/labels/b~1c", "/region", "/to", "/extra"]);
+    }
+
+    #[test]
+    fn counts_are_non_negative_integers_up_to_2_pow_53_minus_1() {
+        let mut input = Input::new(json!({"max": MAX_COUNT, "zero": 0, "over": MAX_COUNT + 1, "negative": -1,
+                                          "fraction": 1.5, "float": 1.0, "text": "1", "null": null}))
+        .expect("an object");
+        assert_eq!(input.count("max", true), Some(MAX_COUNT));
+        assert_eq!(input.count("zero", true), Some(0));
+        assert_eq!(input.count("absent", false), None);
+        for field in ["over", "negative", "fraction", "float", "text", "null"] {
+            assert_eq!(input.count(field, true), None, "{field}");
+        }
+        let error = input.finish().expect_err("the input has problems");
+        assert_eq!(paths(&error), ["/over", "/negative", "/fraction", "/float", "/text", "/null"]);
+    }
+
+    #[test]
+    fn a_body_must_be_an_object() {
+        for body in [json!([]), json!(null), json!("x"), json!(1)] {
+            let error = Input::new(body).err().expect("not an object");
+            assert_eq!(paths(&error), [""]);
+        }
     }
 }

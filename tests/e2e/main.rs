@@ -4,4 +4,5 @@
 mod cli;
 mod fleet;
 mod foundation;
+mod modules;
 mod support;

@@ -1,9 +1,9 @@
 //! Provider accounts: a provider and a reference to its credentials (never a secret).
 
 use fleet_guest::Kind;
-use rusqlite::OptionalExtension;
+use serde_json::json;
 
-use super::{Field, FieldType, Module, Object, no_rule};
+use super::{Field, FieldType, Module, Object, no_check, no_problems};
 use crate::api::ApiError;
 use crate::registry::Ctx;
 
@@ -18,22 +18,24 @@ pub static MODULE: Module = Module {
     keyed_by_owner: false,
     deletable: true,
     archivable: false,
-    check: no_rule,
+    validate: no_problems,
+    check: no_check,
     before_delete: refuse_while_used,
 };
 
 /// An account stays while a live pool uses it; archived pools do not count.
 fn refuse_while_used(ctx: &Ctx, account: &Object) -> Result<(), ApiError> {
-    let user: Option<String> = ctx
+    let pools = ctx
         .db
-        .prepare_cached("SELECT id FROM pools WHERE tenant = ?1 AND account = ?2 AND archived = 0 ORDER BY id LIMIT 1")?
-        .query_row([&ctx.caller.tenant, &account.key], |row| row.get(0))
-        .optional()?;
-    match user {
-        Some(pool) => Err(ApiError::failed_precondition(format!(
-            "providerAccount {:?} is used by the live pool {pool:?}; archive the pool first",
-            account.key
-        ))),
-        None => Ok(()),
+        .prepare_cached("SELECT id FROM pools WHERE tenant = ?1 AND account = ?2 AND archived = 0 ORDER BY id")?
+        .query_map([&ctx.caller.tenant, &account.key], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    if pools.is_empty() {
+        return Ok(());
     }
+    Err(ApiError::failed_precondition(format!(
+        "providerAccount {:?} is used by the live pools {pools:?}; archive them or move them to another account first",
+        account.key
+    ))
+    .with_details(json!({ "pools": pools })))
 }

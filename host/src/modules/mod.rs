@@ -26,6 +26,11 @@ use crate::db;
 use crate::input::{Input, MAX_COUNT, pointer};
 use crate::registry::{Ctx, Method, MethodKind, Registry};
 
+/// The longest idempotency key a create accepts, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 512;
+
+const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
+
 /// Every module, in dependency order.
 pub const ALL: [&Module; 6] =
     [&sites::MODULE, &accounts::MODULE, &pools::MODULE, &quotas::MODULE, &offers::MODULE, &flavors::MODULE];
@@ -91,7 +96,17 @@ impl Field {
     }
 }
 
-/// A rule of one module, run on the object as it would be written.
+/// A value rule of one module that needs stored state, e.g. an offer's `to` against its
+/// pool's owner. It sees the object as it would be written and returns problems that are
+/// reported as `INVALID_ARGUMENT` together with the request's own. Fields that failed
+/// their own validation are absent from the object, so a rule skips what it cannot judge.
+pub type Rule = fn(&Ctx, &Object) -> Result<Vec<Problem>, ApiError>;
+
+/// A precondition of one module (`FAILED_PRECONDITION`), given the object as stored
+/// (`None` on create) and as it would be written.
+pub type Check = fn(&Ctx, Option<&Object>, &Object) -> Result<(), ApiError>;
+
+/// A precondition of a delete, given the object as stored.
 pub type Hook = fn(&Ctx, &Object) -> Result<(), ApiError>;
 
 pub struct Module {
@@ -102,10 +117,20 @@ pub struct Module {
     pub keyed_by_owner: bool,
     pub deletable: bool,
     pub archivable: bool,
-    /// Checked before every create, update and restore.
-    pub check: Hook,
-    /// Checked before a delete.
+    /// Run before every create, update and set.
+    pub validate: Rule,
+    /// Run before every create, update, set and restore that changes something.
+    pub check: Check,
+    /// Run before a delete.
     pub before_delete: Hook,
+}
+
+pub fn no_problems(_: &Ctx, _: &Object) -> Result<Vec<Problem>, ApiError> {
+    Ok(Vec::new())
+}
+
+pub fn no_check(_: &Ctx, _: Option<&Object>, _: &Object) -> Result<(), ApiError> {
+    Ok(())
 }
 
 pub fn no_rule(_: &Ctx, _: &Object) -> Result<(), ApiError> {
@@ -214,9 +239,10 @@ impl Module {
         match field.ty {
             FieldType::Count => json!({"type": "integer", "minimum": 0, "maximum": MAX_COUNT}),
             FieldType::Map => json!({"type": "object", "additionalProperties": {"type": "string"}}),
-            FieldType::Name => json!({"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"}),
+            FieldType::Name => json!({"type": "string", "pattern": NAME_PATTERN}),
             FieldType::NonEmpty => json!({"type": "string", "minLength": 1}),
-            FieldType::Ref(kind) => json!({"type": "string", "description": format!("the id of a {}", kind.name())}),
+            FieldType::Ref(kind) => json!({"type": "string", "pattern": id_pattern(kind),
+                                           "description": format!("the id of a live {} of the tenant", kind.name())}),
             FieldType::Text => json!({"type": "string"}),
         }
     }
@@ -224,7 +250,7 @@ impl Module {
     fn object_schema(&self) -> Value {
         let mut properties: Map<String, Value> =
             self.fields.iter().map(|field| (field.name.to_string(), Module::field_schema(field))).collect();
-        properties.insert(self.key_field().into(), json!({"type": "string"}));
+        properties.insert(self.key_field().into(), self.key_property());
         if self.archivable {
             properties.insert("archived".into(), json!({"type": "boolean"}));
         }
@@ -233,20 +259,31 @@ impl Module {
         json!({"type": "object", "properties": properties})
     }
 
+    fn key_property(&self) -> Value {
+        if self.keyed_by_owner {
+            json!({"type": "string", "pattern": NAME_PATTERN})
+        } else {
+            json!({"type": "string", "pattern": id_pattern(self.kind)})
+        }
+    }
+
     fn key_schema(&self) -> Value {
         json!({"type": "object", "required": [self.key_field()], "additionalProperties": false,
-               "properties": {self.key_field(): {"type": "string"}}})
+               "properties": {self.key_field(): self.key_property()}})
     }
 
     fn input_schema(&self, create: bool) -> Value {
         let mut properties: Map<String, Value> =
             self.fields.iter().map(|field| (field.name.to_string(), Module::field_schema(field))).collect();
-        properties.insert(self.key_field().into(), json!({"type": "string"}));
+        properties.insert(self.key_field().into(), self.key_property());
         let mut required: Vec<&str> = Vec::new();
         if create {
             required.extend(self.fields.iter().filter(|field| field.required).map(|field| field.name));
             if !self.keyed_by_owner {
-                properties.insert("idempotencyKey".into(), json!({"type": "string"}));
+                properties.insert(
+                    "idempotencyKey".into(),
+                    json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY}),
+                );
             }
         }
         if !create || self.keyed_by_owner {
@@ -409,7 +446,7 @@ fn write(
     let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
     let assignments: Vec<String> = names
         .iter()
-        .filter(|name| !matches!(**name, "tenant" | "id" | "owner" | "created_at" | "idempotency_key"))
+        .filter(|name| !matches!(**name, "tenant" | "created_at" | "idempotency_key") && **name != module.key_field())
         .map(|name| format!("{name} = excluded.{name}"))
         .collect();
     let sql = format!(
@@ -427,7 +464,8 @@ fn write(
 // ---- validation ---------------------------------------------------------------------
 
 /// Reads the module's fields from a request. On create, required fields must be there
-/// and absent ones take their defaults; on update every field is optional.
+/// and absent ones take their defaults; on update every field is optional. A value with
+/// a problem is left out (and reported through `input`).
 fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, Value> {
     let mut fields = Map::new();
     for field in module.fields {
@@ -435,8 +473,9 @@ fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, 
             continue;
         }
         let required = create && field.required;
+        let present = input.has(field.name);
         let value = match field.ty {
-            FieldType::Text | FieldType::Ref(_) => input.string(field.name, required).map(Value::String),
+            FieldType::Text => input.string(field.name, required).map(Value::String),
             FieldType::NonEmpty => match input.string(field.name, required) {
                 Some(text) if text.is_empty() => {
                     input.problem(field.name, "must not be empty");
@@ -444,6 +483,7 @@ fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, 
                 }
                 other => other.map(Value::String),
             },
+            FieldType::Ref(kind) => read_id(input, field.name, kind, required).map(Value::String),
             FieldType::Name => input.name(field.name, required).map(Value::String),
             FieldType::Count => input.count(field.name, required).map(Value::from),
             FieldType::Map => input.string_map(field.name, required).map(|map| json!(map)),
@@ -452,7 +492,7 @@ fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, 
             Some(value) => {
                 fields.insert(field.name.into(), value);
             }
-            None if create && !required => {
+            None if create && !required && !present => {
                 fields.insert(field.name.into(), field.default_value());
             }
             None => {}
@@ -474,11 +514,33 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", data_encoding::BASE32_NOPAD.encode(&bytes).to_lowercase())
 }
 
-fn read_key(module: &Module, input: &mut Input) -> Option<String> {
-    if module.keyed_by_owner { input.name("owner", true) } else { input.string("id", true) }
+fn id_pattern(kind: Kind) -> String {
+    format!("^{}_[a-z2-7]{{26}}$", kind.id_prefix().unwrap_or_default())
 }
 
-/// References must name live objects of the caller's tenant (FAILED_PRECONDITION).
+/// A field holding the id of an object of `kind`: a malformed id is a bad value
+/// (`INVALID_ARGUMENT`), whatever the tenant holds.
+fn read_id(input: &mut Input, field: &str, kind: Kind, required: bool) -> Option<String> {
+    let text = input.string(field, required)?;
+    let prefix = kind.id_prefix().unwrap_or_default();
+    if is_id(&text, prefix) {
+        Some(text)
+    } else {
+        input.problem(
+            field,
+            format!("{text:?} is not a {} id ({prefix}_ and 26 lowercase base32 characters)", kind.name()),
+        );
+        None
+    }
+}
+
+/// The key of a get, update, delete, archive or restore: an id, or a quota's owner.
+fn read_key(module: &Module, input: &mut Input) -> Option<String> {
+    if module.keyed_by_owner { input.name("owner", true) } else { read_id(input, "id", module.kind, true) }
+}
+
+/// References must name live objects of the caller's tenant (`FAILED_PRECONDITION`);
+/// archived objects are not live. With `only`, just the references among those fields.
 fn check_references(
     ctx: &Ctx,
     module: &Module,
@@ -492,11 +554,7 @@ fn check_references(
             continue;
         }
         let id = object.text(field.name);
-        let target = of(kind);
-        let live = match load(ctx.db, target, &ctx.caller.tenant, id)? {
-            Some(found) => !found.archived,
-            None => false,
-        };
+        let live = load(ctx.db, of(kind), &ctx.caller.tenant, id)?.is_some_and(|found| !found.archived);
         if !live {
             let message = format!("{} {id:?} is not a live {} of this tenant", field.name, kind.name());
             problems.push(Problem { path: pointer(field.name), message });
@@ -514,6 +572,12 @@ fn not_found(module: &Module, key: &str) -> ApiError {
 }
 
 // ---- handlers -------------------------------------------------------------------------
+//
+// Every handler checks in the same order: the request's shape and values, with the
+// module's value rules (INVALID_ARGUMENT, all problems at once); then existence
+// (NOT_FOUND, ALREADY_EXISTS); then references and preconditions (FAILED_PRECONDITION).
+// Nothing is written before every check has passed, and the surrounding transaction
+// rolls back whatever a later call of the same transaction fails on.
 
 fn list(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     Input::new(body)?.finish()?;
@@ -522,49 +586,57 @@ fn list(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiErr
     Ok(json!({ "items": items }))
 }
 
-fn get(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+/// Reads the key of a request that names one existing object, and loads that object.
+fn existing(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Object, ApiError> {
     let mut input = Input::new(body)?;
     let key = read_key(module, &mut input);
     input.finish()?;
     let key = key.unwrap_or_default();
-    let object = load(ctx.db, module, &ctx.caller.tenant, &key)?.ok_or_else(|| not_found(module, &key))?;
-    Ok(object.to_json(module))
+    load(ctx.db, module, &ctx.caller.tenant, &key)?.ok_or_else(|| not_found(module, &key))
+}
+
+fn get(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    Ok(existing(module, ctx, body)?.to_json(module))
 }
 
 fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let prefix = module.kind.id_prefix().unwrap_or_default();
-    let id = input.string("id", false);
-    if let Some(id) = &id
-        && !is_id(id, prefix)
-    {
-        input.problem("id", format!("{id:?} is not a {} id ({prefix}_ and 26 base32 characters)", module.describe()));
-    }
+    let id = read_id(&mut input, "id", module.kind, false);
     let idempotency_key = input.string("idempotencyKey", false);
     if let Some(key) = &idempotency_key
-        && (key.is_empty() || key.len() > 512)
+        && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
     {
-        input.problem("idempotencyKey", "must be 1 to 512 characters");
+        input.problem("idempotencyKey", format!("must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"));
     }
     let fields = read_fields(module, &mut input, true);
+    let now = db::now();
+    let key = id.unwrap_or_else(|| new_id(module.kind.id_prefix().unwrap_or_default()));
+    let object = Object { key, fields, archived: false, created_at: now.clone(), updated_at: now };
+    input.extend((module.validate)(ctx, &object)?);
     input.finish()?;
 
     let tenant = &ctx.caller.tenant;
+    // The key belongs to the live object made with it; an archived holder gives it up.
+    let mut archived_holder = None;
     if let Some(key) = &idempotency_key
-        && let Some(existing) = load_by_idempotency_key(ctx.db, module, tenant, key)?
+        && let Some(holder) = load_by_idempotency_key(ctx.db, module, tenant, key)?
     {
-        return Ok(existing.to_json(module));
+        if !holder.archived {
+            return Ok(holder.to_json(module));
+        }
+        archived_holder = Some(holder.key);
     }
-    let id = id.unwrap_or_else(|| new_id(prefix));
-    let now = db::now();
-    let object = Object { key: id, fields, archived: false, created_at: now.clone(), updated_at: now };
-    check_references(ctx, module, &object, None)?;
-    (module.check)(ctx, &object)?;
     if load(ctx.db, module, tenant, &object.key)?.is_some() {
         return Err(ApiError::new(
             Code::AlreadyExists,
             format!("{} {:?} already exists", module.describe(), object.key),
         ));
+    }
+    check_references(ctx, module, &object, None)?;
+    (module.check)(ctx, None, &object)?;
+    if let Some(holder) = archived_holder {
+        let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", module.table);
+        ctx.db.prepare_cached(&sql)?.execute([tenant, &holder])?;
     }
     write(ctx.db, module, tenant, &object, idempotency_key.as_deref())?;
     Ok(object.to_json(module))
@@ -574,81 +646,102 @@ fn update(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     let mut input = Input::new(body)?;
     let id = read_key(module, &mut input);
     let changes = read_fields(module, &mut input, false);
+    let tenant = &ctx.caller.tenant;
+    let stored = match &id {
+        Some(id) => load(ctx.db, module, tenant, id)?,
+        None => None,
+    };
+    if let Some(stored) = &stored {
+        for field in module.fields.iter().filter(|field| field.immutable) {
+            if let Some(value) = changes.get(field.name)
+                && Some(value) != stored.fields.get(field.name)
+            {
+                let was = stored.fields.get(field.name).unwrap_or(&Value::Null);
+                input.problem(field.name, format!("is immutable: it cannot change from {was} to {value}"));
+            }
+        }
+        // The rules judge the mutable changes; a change to an immutable field is
+        // already a problem of its own.
+        let mut merged = stored.clone();
+        let immutable = |name: &str| module.fields.iter().any(|field| field.immutable && field.name == name);
+        merged.fields.extend(
+            changes.iter().filter(|(name, _)| !immutable(name)).map(|(name, value)| (name.clone(), value.clone())),
+        );
+        input.extend((module.validate)(ctx, &merged)?);
+    }
     input.finish()?;
     let id = id.unwrap_or_default();
-    let tenant = &ctx.caller.tenant;
-    let mut object = load(ctx.db, module, tenant, &id)?.ok_or_else(|| not_found(module, &id))?;
-    let immutable: Vec<Problem> = module
-        .fields
-        .iter()
-        .filter(|field| {
-            field.immutable && changes.get(field.name).is_some_and(|value| Some(value) != object.fields.get(field.name))
-        })
-        .map(|field| Problem { path: pointer(field.name), message: format!("{} is immutable", field.name) })
-        .collect();
-    if !immutable.is_empty() {
-        return Err(ApiError::invalid(immutable));
-    }
+    let stored = stored.ok_or_else(|| not_found(module, &id))?;
+
     let changed: Map<String, Value> =
-        changes.into_iter().filter(|(name, value)| object.fields.get(name) != Some(value)).collect();
+        changes.into_iter().filter(|(name, value)| stored.fields.get(name) != Some(value)).collect();
     if changed.is_empty() {
-        return Ok(object.to_json(module));
+        return Ok(stored.to_json(module));
     }
+    let mut object = stored.clone();
     object.fields.extend(changed.clone());
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
-    (module.check)(ctx, &object)?;
+    (module.check)(ctx, Some(&stored), &object)?;
     write(ctx.db, module, tenant, &object, None)?;
     Ok(object.to_json(module))
 }
 
 /// The quota upsert: the object afterwards is exactly the limits given (absent ones 0).
+/// Setting the limits a quota already has changes nothing, `updatedAt` included.
 fn set(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let owner = read_key(module, &mut input);
     let mut fields = read_fields(module, &mut input, true);
-    input.finish()?;
+    let tenant = &ctx.caller.tenant;
+    let stored = match &owner {
+        Some(owner) => load(ctx.db, module, tenant, owner)?,
+        None => None,
+    };
     let owner = owner.unwrap_or_default();
     fields.insert("owner".into(), Value::String(owner.clone()));
-    let tenant = &ctx.caller.tenant;
     let now = db::now();
-    let created_at = load(ctx.db, module, tenant, &owner)?.map_or_else(|| now.clone(), |existing| existing.created_at);
+    let created_at = stored.as_ref().map_or_else(|| now.clone(), |stored| stored.created_at.clone());
     let object = Object { key: owner, fields, archived: false, created_at, updated_at: now };
-    (module.check)(ctx, &object)?;
+    input.extend((module.validate)(ctx, &object)?);
+    input.finish()?;
+
+    if let Some(stored) = &stored
+        && stored.fields == object.fields
+    {
+        return Ok(stored.to_json(module));
+    }
+    check_references(ctx, module, &object, None)?;
+    (module.check)(ctx, stored.as_ref(), &object)?;
     write(ctx.db, module, tenant, &object, None)?;
     Ok(object.to_json(module))
 }
 
+/// Removes the object; the answer is the object as it was. Its idempotency key is free
+/// again.
 fn delete(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
-    let mut input = Input::new(body)?;
-    let key = read_key(module, &mut input);
-    input.finish()?;
-    let key = key.unwrap_or_default();
-    let tenant = &ctx.caller.tenant;
-    let object = load(ctx.db, module, tenant, &key)?.ok_or_else(|| not_found(module, &key))?;
+    let object = existing(module, ctx, body)?;
     (module.before_delete)(ctx, &object)?;
     let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", module.table, module.key_field());
-    ctx.db.prepare_cached(&sql)?.execute([tenant, &key])?;
+    ctx.db.prepare_cached(&sql)?.execute([&ctx.caller.tenant, &object.key])?;
     Ok(object.to_json(module))
 }
 
+/// Archive and restore are idempotent: asking for the state an object is in changes
+/// nothing. A restore must leave a live object with live references.
 fn set_archived(module: &'static Module, ctx: &Ctx, body: Value, archived: bool) -> Result<Value, ApiError> {
-    let mut input = Input::new(body)?;
-    let key = read_key(module, &mut input);
-    input.finish()?;
-    let key = key.unwrap_or_default();
-    let tenant = &ctx.caller.tenant;
-    let mut object = load(ctx.db, module, tenant, &key)?.ok_or_else(|| not_found(module, &key))?;
-    if object.archived == archived {
-        return Ok(object.to_json(module));
+    let stored = existing(module, ctx, body)?;
+    if stored.archived == archived {
+        return Ok(stored.to_json(module));
     }
+    let mut object = stored.clone();
     object.archived = archived;
     object.updated_at = db::now();
     if !archived {
         check_references(ctx, module, &object, None)?;
-        (module.check)(ctx, &object)?;
+        (module.check)(ctx, Some(&stored), &object)?;
     }
-    write(ctx.db, module, tenant, &object, None)?;
+    write(ctx.db, module, &ctx.caller.tenant, &object, None)?;
     Ok(object.to_json(module))
 }
 
@@ -661,15 +754,4 @@ fn restore(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, Api
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_have_a_prefix_and_26_base32_characters() {
-        let id = new_id("pool");
-        assert!(is_id(&id, "pool"), "{id}");
-        assert!(!is_id(&id, "site"));
-        assert!(!is_id("pool_ABCDEFGHIJKLMNOPQRSTUVWXYZ", "pool"));
-        assert!(!is_id("pool_abc", "pool"));
-    }
-}
+mod tests;

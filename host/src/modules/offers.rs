@@ -2,7 +2,7 @@
 
 use fleet_guest::Kind;
 
-use super::{Field, FieldType, Module, Object, load, no_rule, pools};
+use super::{Field, FieldType, Module, Object, load, no_check, no_rule, pools};
 use crate::api::{ApiError, Problem};
 use crate::registry::Ctx;
 
@@ -19,20 +19,24 @@ pub static MODULE: Module = Module {
     keyed_by_owner: false,
     deletable: true,
     archivable: false,
-    check: not_to_the_pool_owner,
+    validate: not_to_the_pool_owner,
+    check: no_check,
     before_delete: no_rule,
 };
 
-/// An offer gives capacity to someone else: `to` must differ from the pool's owner.
-fn not_to_the_pool_owner(ctx: &Ctx, offer: &Object) -> Result<(), ApiError> {
-    let Some(pool) = load(ctx.db, &pools::MODULE, &ctx.caller.tenant, offer.text("pool"))? else {
-        return Ok(());
-    };
-    if pool.text("owner") == offer.text("to") {
-        return Err(ApiError::invalid(vec![Problem {
-            path: "/to".into(),
-            message: format!("an offer cannot go to its pool's own owner {:?}", offer.text("to")),
-        }]));
+/// An offer gives capacity to someone else: `to` must differ from the pool's owner
+/// (SPEC §4: `INVALID_ARGUMENT`). A pool the tenant does not have is left to the
+/// reference check.
+fn not_to_the_pool_owner(ctx: &Ctx, offer: &Object) -> Result<Vec<Problem>, ApiError> {
+    let (pool, to) = (offer.text("pool"), offer.text("to"));
+    if pool.is_empty() || to.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(())
+    let Some(pool) = load(ctx.db, &pools::MODULE, &ctx.caller.tenant, pool)? else {
+        return Ok(Vec::new());
+    };
+    if pool.text("owner") != to {
+        return Ok(Vec::new());
+    }
+    Ok(vec![Problem { path: "/to".into(), message: format!("an offer cannot go to its pool's own owner {to:?}") }])
 }

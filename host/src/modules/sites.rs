@@ -2,7 +2,7 @@
 
 use fleet_guest::Kind;
 
-use super::{Field, FieldType, Module, no_rule};
+use super::{Field, FieldType, Module, no_check, no_problems, no_rule};
 
 pub static MODULE: Module = Module {
     kind: Kind::Site,
@@ -15,6 +15,7 @@ pub static MODULE: Module = Module {
     keyed_by_owner: false,
     deletable: false,
     archivable: false,
-    check: no_rule,
+    validate: no_problems,
+    check: no_check,
     before_delete: no_rule,
 };

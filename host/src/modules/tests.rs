@@ -1,0 +1,110 @@
+//! In-process tests of the module handlers: ids, and that a handler's changes belong to
+//! the transaction around it (apply relies on this to roll back a failed call list).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{is_id, new_id};
+use crate::api::{ApiError, Code};
+use crate::app::{App, Config};
+use crate::auth::{self, Caller};
+use crate::db::{self, Tx};
+use crate::registry::Ctx;
+
+#[test]
+fn ids_have_a_prefix_and_26_base32_characters() {
+    let id = new_id("pool");
+    assert!(is_id(&id, "pool"), "{id}");
+    assert!(!is_id(&id, "site"));
+    assert!(!is_id("pool_ABCDEFGHIJKLMNOPQRSTUVWXYZ", "pool"));
+    assert!(!is_id("pool_abc", "pool"));
+    assert!(!is_id("pool_abcdefghijklmnopqrstuvwxy1", "pool"));
+    assert!(!is_id("poolabcdefghijklmnopqrstuvwxyz", "pool"));
+}
+
+/// An application on a temp database with one tenant, `acme`.
+struct Fixture {
+    app: Arc<App>,
+    caller: Caller,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let app = App::new(Config::new(dir.path().join("fleet.db"))).expect("the app starts");
+        let db = app.db.get().expect("a connection");
+        auth::create_tenant(&db, "acme", &db::now()).expect("the tenant is created");
+        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };
+        Fixture { app, caller, _dir: dir }
+    }
+
+    /// Runs `work` in a write transaction, with a `call(method, input)` that runs a
+    /// registered module method inside it, as apply does.
+    fn transaction<T>(
+        &self,
+        work: impl FnOnce(&dyn Fn(&str, Value) -> Result<Value, ApiError>) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let db = self.app.db.get().expect("a connection");
+        db::transaction(&db, Tx::Write, |db| {
+            let ctx = Ctx { app: &self.app, caller: &self.caller, db };
+            let call = |name: &str, input: Value| {
+                let method = self.app.registry.by_name(name).expect("the method is registered");
+                method.run_in(&ctx, input)
+            };
+            work(&call)
+        })
+    }
+
+    fn count(&self, table: &str) -> i64 {
+        let db = self.app.db.get().expect("a connection");
+        db.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| row.get(0)).expect("a count")
+    }
+}
+
+#[test]
+fn handler_changes_roll_back_with_the_surrounding_transaction() {
+    let fixture = Fixture::new();
+
+    // Every call succeeds, and then the transaction fails: nothing stays.
+    let aborted = fixture.transaction(|call| {
+        let site = call("compute.sites.create", json!({"region": "eu-west-1"}))?;
+        let account = call("compute.accounts.create", json!({"provider": "aws", "idempotencyKey": "k"}))?;
+        call(
+            "compute.pools.create",
+            json!({"site": site["id"], "account": account["id"], "class": "gpu", "owner": "team-ml"}),
+        )?;
+        call("compute.quotas.set", json!({"owner": "team-ml", "vcpus": 8}))?;
+        let listed = call("compute.pools.list", json!({}))?;
+        assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "the transaction sees its own writes");
+        Err::<(), _>(ApiError::new(Code::Internal, "abort"))
+    });
+    assert_eq!(aborted.map_err(|error| error.message), Err("abort".to_owned()));
+    for table in ["sites", "accounts", "pools", "quotas"] {
+        assert_eq!(fixture.count(table), 0, "{table}");
+    }
+
+    // A later call fails, as an apply call can: the earlier calls roll back with it.
+    let failed = fixture.transaction(|call| {
+        call("compute.sites.create", json!({"region": "eu-west-1"}))?;
+        call("compute.offers.create", json!({"pool": format!("pool_{}", "a".repeat(26)), "to": "team-web"}))
+    });
+    assert_eq!(failed.map_err(|error| error.code), Err(Code::FailedPrecondition));
+    assert_eq!(fixture.count("sites"), 0);
+
+    // The same calls in a transaction that commits stay, and a key freed by the
+    // rollback is free.
+    let account = fixture
+        .transaction(|call| {
+            call("compute.sites.create", json!({"region": "eu-west-1"}))?;
+            call("compute.accounts.create", json!({"provider": "aws", "idempotencyKey": "k"}))
+        })
+        .expect("the transaction commits");
+    assert_eq!(fixture.count("sites"), 1);
+    let replay = fixture
+        .transaction(|call| call("compute.accounts.create", json!({"provider": "aws", "idempotencyKey": "k"})))
+        .expect("a replay");
+    assert_eq!(replay, account);
+    assert_eq!(fixture.count("accounts"), 1);
+}
