@@ -334,7 +334,6 @@ fn parse_value(ty: FieldType, value: &Json, path: &str, problems: &mut Problems)
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 

@@ -29,7 +29,8 @@ pub(crate) fn idempotency_key(caller: &Caller, kind: Kind, key: &str) -> String 
 /// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`, streamed into
 /// the hasher.
 pub(crate) fn plan_hash<T: Serialize>(value: &T) -> Result<String, Error> {
-    let failed = |error: &dyn std::fmt::Display| Error::new(ErrorCode::Internal, format!("the plan cannot be hashed: {error}"));
+    let failed =
+        |error: &dyn std::fmt::Display| Error::new(ErrorCode::Internal, format!("the plan cannot be hashed: {error}"));
     let value = serde_json::to_value(value).map_err(|error| failed(&error))?;
     let mut hasher = Sha256::new();
     canonical(&value, &mut HashWriter(&mut hasher)).map_err(|error| failed(&error))?;
@@ -63,7 +64,9 @@ impl std::io::Write for HashWriter<'_> {
 fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     use serde_json::Value;
     match value {
-        Value::Null | Value::Bool(_) | Value::String(_) => serde_json::to_writer(&mut *out, value).map_err(std::io::Error::other),
+        Value::Null | Value::Bool(_) | Value::String(_) => {
+            serde_json::to_writer(&mut *out, value).map_err(std::io::Error::other)
+        }
         Value::Number(number) if number.is_f64() => {
             let text = serde_json_canonicalizer::to_string(value).map_err(std::io::Error::other)?;
             out.write_all(text.as_bytes())
@@ -101,7 +104,6 @@ fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::i
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 

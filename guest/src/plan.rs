@@ -526,7 +526,6 @@ fn removal_call(kind: Kind, verb: &str, id: &str) -> Call {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use crate::Snapshot;

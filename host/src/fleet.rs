@@ -15,9 +15,9 @@ use crate::auth::{self, Caller};
 use crate::db::{self, Conn};
 use crate::events;
 use crate::input::Input;
-use crate::server::parse_body;
 use crate::registry::{Method, MethodKind, Registry};
 use crate::sandbox::{Entry, Session, Source};
+use crate::server::parse_body;
 
 pub fn register(registry: &mut Registry) {
     registry.register(

@@ -192,7 +192,11 @@ mod tests {
     }
 
     fn caller(tenant: &str) -> Caller {
-        Caller { tenant: tenant.into(), principal: "alice".into(), grants: vec![Grant::parse("compute:*:*@*").unwrap()] }
+        Caller {
+            tenant: tenant.into(),
+            principal: "alice".into(),
+            grants: vec![Grant::parse("compute:*:*@*").unwrap()],
+        }
     }
 
     fn document() -> Value {
@@ -206,14 +210,16 @@ mod tests {
             let db = self.app.db.get().unwrap();
             crate::auth::create_tenant(&db, tenant, "2026-11-30T00:00:00Z").unwrap();
             let apply = self.app.registry.by_name("compute.fleet.apply").unwrap();
-            dispatch(&self.app, caller(tenant), db, apply, json!({"document": document()}).to_string().as_bytes()).unwrap();
+            dispatch(&self.app, caller(tenant), db, apply, json!({"document": document()}).to_string().as_bytes())
+                .unwrap();
         }
 
         fn call(&self, tenant: &str, method: &str, input: Value) -> Value {
             let db = self.app.db.get().unwrap();
             let caller = caller(tenant);
             let method = self.app.registry.by_name(method).unwrap();
-            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { app: &self.app, caller: &caller, db }, input)).unwrap()
+            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { app: &self.app, caller: &caller, db }, input))
+                .unwrap()
         }
 
         fn set_gpus(&self, tenant: &str, gpus: u64) {
@@ -223,7 +229,12 @@ mod tests {
 
         fn event_types(&self, tenant: &str) -> Vec<String> {
             let events = self.call(tenant, "compute.events.list", json!({}));
-            events["events"].as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap().to_owned()).collect()
+            events["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|event| event["type"].as_str().unwrap().to_owned())
+                .collect()
         }
     }
 

@@ -51,7 +51,12 @@ pub fn sites(app: &App, db: &Connection, tenant: &str) -> Result<Vec<Site>, ApiE
 pub fn provider_accounts(app: &App, db: &Connection, tenant: &str) -> Result<Vec<ProviderAccount>, ApiError> {
     let sql = "SELECT id, provider, credentials_ref, settings FROM accounts WHERE tenant = ?1 ORDER BY id";
     query(app, db, tenant, Kind::ProviderAccount, sql, |row| {
-        Ok(ProviderAccount { id: row.get(0)?, provider: row.get(1)?, credentials_ref: row.get(2)?, settings: map(row, 3)? })
+        Ok(ProviderAccount {
+            id: row.get(0)?,
+            provider: row.get(1)?,
+            credentials_ref: row.get(2)?,
+            settings: map(row, 3)?,
+        })
     })
 }
 

@@ -1,6 +1,8 @@
 //! End-to-end tests: each starts the real `fleet` binary on 127.0.0.1 with a SQLite
 //! file in a temp dir.
 
+#![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
+
 mod cli;
 mod fleet;
 mod foundation;

@@ -3,7 +3,7 @@
 use fleet_guest::Kind;
 use serde_json::json;
 
-use super::{Field, FieldType, Module, Object, no_check, no_problems};
+use super::{Field, FieldType, Module, Object, no_problems};
 use crate::api::ApiError;
 use crate::registry::Ctx;
 
@@ -19,7 +19,6 @@ pub static MODULE: Module = Module {
     deletable: true,
     archivable: false,
     validate: no_problems,
-    check: no_check,
     before_delete: refuse_while_used,
 };
 

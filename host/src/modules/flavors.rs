@@ -2,7 +2,7 @@
 
 use fleet_guest::Kind;
 
-use super::{Field, FieldType, Module, no_check, no_problems, no_rule};
+use super::{Field, FieldType, Module, no_problems, no_rule};
 
 pub static MODULE: Module = Module {
     kind: Kind::Flavor,
@@ -18,6 +18,5 @@ pub static MODULE: Module = Module {
     deletable: true,
     archivable: true,
     validate: no_problems,
-    check: no_check,
     before_delete: no_rule,
 };

@@ -102,10 +102,6 @@ impl Field {
 /// their own validation are absent from the object, so a rule skips what it cannot judge.
 pub type Rule = fn(&Ctx, &Object) -> Result<Vec<Problem>, ApiError>;
 
-/// A precondition of one module (`FAILED_PRECONDITION`), given the object as stored
-/// (`None` on create) and as it would be written.
-pub type Check = fn(&Ctx, Option<&Object>, &Object) -> Result<(), ApiError>;
-
 /// A precondition of a delete, given the object as stored.
 pub type Hook = fn(&Ctx, &Object) -> Result<(), ApiError>;
 
@@ -119,18 +115,12 @@ pub struct Module {
     pub archivable: bool,
     /// Run before every create, update and set.
     pub validate: Rule,
-    /// Run before every create, update, set and restore that changes something.
-    pub check: Check,
     /// Run before a delete.
     pub before_delete: Hook,
 }
 
 pub fn no_problems(_: &Ctx, _: &Object) -> Result<Vec<Problem>, ApiError> {
     Ok(Vec::new())
-}
-
-pub fn no_check(_: &Ctx, _: Option<&Object>, _: &Object) -> Result<(), ApiError> {
-    Ok(())
 }
 
 pub fn no_rule(_: &Ctx, _: &Object) -> Result<(), ApiError> {
@@ -633,7 +623,6 @@ fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
         ));
     }
     check_references(ctx, module, &object, None)?;
-    (module.check)(ctx, None, &object)?;
     if let Some(holder) = archived_holder {
         let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", module.table);
         ctx.db.prepare_cached(&sql)?.execute([tenant, &holder])?;
@@ -682,7 +671,6 @@ fn update(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     object.fields.extend(changed.clone());
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
-    (module.check)(ctx, Some(&stored), &object)?;
     write(ctx.db, module, tenant, &object, None)?;
     Ok(object.to_json(module))
 }
@@ -712,7 +700,6 @@ fn set(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiErro
         return Ok(stored.to_json(module));
     }
     check_references(ctx, module, &object, None)?;
-    (module.check)(ctx, stored.as_ref(), &object)?;
     write(ctx.db, module, tenant, &object, None)?;
     Ok(object.to_json(module))
 }
@@ -739,7 +726,6 @@ fn set_archived(module: &'static Module, ctx: &Ctx, body: Value, archived: bool)
     object.updated_at = db::now();
     if !archived {
         check_references(ctx, module, &object, None)?;
-        (module.check)(ctx, Some(&stored), &object)?;
     }
     write(ctx.db, module, &ctx.caller.tenant, &object, None)?;
     Ok(object.to_json(module))

@@ -2,7 +2,7 @@
 
 use fleet_guest::Kind;
 
-use super::{Field, FieldType, Module, Object, load, no_check, no_rule, pools};
+use super::{Field, FieldType, Module, Object, load, no_rule, pools};
 use crate::api::{ApiError, Problem};
 use crate::registry::Ctx;
 
@@ -20,7 +20,6 @@ pub static MODULE: Module = Module {
     deletable: true,
     archivable: false,
     validate: not_to_the_pool_owner,
-    check: no_check,
     before_delete: no_rule,
 };
 

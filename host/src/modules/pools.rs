@@ -1,11 +1,8 @@
 //! Pools: capacity of one class at one site, bought through one account, owned by one owner.
 
 use fleet_guest::Kind;
-use serde_json::json;
 
-use super::{Field, FieldType, Module, Object, no_problems, no_rule};
-use crate::api::ApiError;
-use crate::registry::Ctx;
+use super::{Field, FieldType, Module, no_problems, no_rule};
 
 pub static MODULE: Module = Module {
     kind: Kind::Pool,
@@ -24,29 +21,5 @@ pub static MODULE: Module = Module {
     deletable: false,
     archivable: true,
     validate: no_problems,
-    check: owner_is_not_offered_to,
     before_delete: no_rule,
 };
-
-/// A pool cannot pass to an owner its own offers give capacity to: that would make
-/// them offers to their pool's owner, which SPEC §4 forbids. The offers are other
-/// objects' state, so this is `FAILED_PRECONDITION`; change or delete them first.
-fn owner_is_not_offered_to(ctx: &Ctx, stored: Option<&Object>, pool: &Object) -> Result<(), ApiError> {
-    let owner = pool.text("owner");
-    if stored.is_none_or(|stored| stored.text("owner") == owner) {
-        return Ok(());
-    }
-    let offers = ctx
-        .db
-        .prepare_cached("SELECT id FROM offers WHERE tenant = ?1 AND pool = ?2 AND to_owner = ?3 ORDER BY id")?
-        .query_map([&ctx.caller.tenant, &pool.key, owner], |row| row.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    if offers.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::failed_precondition(format!(
-        "pool {:?} cannot pass to owner {owner:?}: its offers {offers:?} give capacity to that owner",
-        pool.key
-    ))
-    .with_details(json!({ "offers": offers })))
-}

@@ -2,7 +2,7 @@
 
 use fleet_guest::Kind;
 
-use super::{Field, FieldType, Module, no_check, no_problems, no_rule};
+use super::{Field, FieldType, Module, no_problems, no_rule};
 
 pub static MODULE: Module = Module {
     kind: Kind::Site,
@@ -16,6 +16,5 @@ pub static MODULE: Module = Module {
     deletable: false,
     archivable: false,
     validate: no_problems,
-    check: no_check,
     before_delete: no_rule,
 };
