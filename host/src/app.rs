@@ -40,6 +40,15 @@ impl Config {
             cache_dir: None,
         }
     }
+
+    /// The configuration of in-process tests: a database at `db_path`, and the compiled
+    /// planner shared between tests through a cache in the temp dir.
+    #[cfg(test)]
+    pub fn for_tests(db_path: PathBuf) -> Config {
+        let mut config = Config::new(db_path);
+        config.cache_dir = Some(std::env::temp_dir().join("fleet-test-planner-cache"));
+        config
+    }
 }
 
 pub struct App {

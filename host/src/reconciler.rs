@@ -185,7 +185,7 @@ mod tests {
 
     fn fixture(drift_interval: Duration) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::new(dir.path().join("fleet.db"));
+        let mut config = Config::for_tests(dir.path().join("fleet.db"));
         config.drift_interval = drift_interval;
         let app = App::new(config).unwrap();
         Fixture { app, _dir: dir }

@@ -33,7 +33,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let app = App::new(Config::new(dir.path().join("fleet.db"))).expect("the app starts");
+        let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).expect("the app starts");
         let db = app.db.get().expect("a connection");
         auth::create_tenant(&db, "acme", &db::now()).expect("the tenant is created");
         let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };

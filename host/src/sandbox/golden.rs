@@ -28,7 +28,7 @@ fn as_body(result: Result<String, ApiError>) -> (Value, Option<String>) {
 #[test]
 fn golden_plans_match_through_the_component() {
     let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::new(dir.path().join("fleet.db"))).unwrap();
+    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
     let cases = cases();
     assert!(cases.len() >= 20, "the golden cases are in guest/tests/plans");
     let mut failures = Vec::new();

@@ -17,7 +17,7 @@ struct Fixture {
 
 fn fixture(budget: Budget) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::new(dir.path().join("fleet.db"))).unwrap();
+    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
     let db = app.db.get().unwrap();
     crate::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
     crate::auth::create_tenant(&db, "other", "2026-11-30T00:00:00Z").unwrap();
