@@ -22,19 +22,41 @@ use crate::server::parse_body;
 pub fn register(registry: &mut Registry) {
     registry.register(
         Method::planner("fleet", "export", MethodKind::Read, Arc::new(export))
-            .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run."),
+            .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false}),
+                json!({"type": "object", "properties": {
+                    "document": fleet_config_schema(),
+                    "missing": {"type": "array", "items": {"type": "string"}}}}),
+            ),
     );
     registry.register(
         Method::planner("fleet", "plan", MethodKind::Read, Arc::new(plan))
-            .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing."),
+            .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing.")
+            .schemas(request_schema(false), plan_schema()),
     );
     registry.register(
         Method::planner("fleet", "apply", MethodKind::Mutation, Arc::new(apply))
-            .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied."),
+            .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied.")
+            .schemas(
+                request_schema(true),
+                json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
+            ),
     );
     registry.register(
         Method::planner("fleet", "status", MethodKind::Read, Arc::new(status))
-            .summary("The last applied document's hash, applier and time, and the drift found at the last check."),
+            .summary("The last applied document's hash, applier and time, and the drift found at the last check.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false}),
+                json!({"type": "object", "properties": {
+                    "applied": {"type": "object", "properties": {
+                        "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
+                        "appliedAt": {"type": "string", "format": "date-time"},
+                        "calls": {"type": "integer"}, "prune": {"type": "boolean"}}},
+                    "drift": {"type": "object", "properties": {
+                        "checkedAt": {"type": "string", "format": "date-time"}, "planHash": {"type": "string"},
+                        "summary": {"type": "object"}, "changes": {"type": "array", "items": {"type": "object"}}}}}}),
+            ),
     );
     // Not a fleet method (the fleet group is export, plan, apply and status): the read
     // that hosts of the planner component other than this one, such as the browser
@@ -52,6 +74,66 @@ fn snapshot(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<Strin
     Input::new(parse_body(body.as_bytes())?)?.finish()?;
     let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::state::snapshot(&app, db, &caller))?;
     serde_json::to_string(&snapshot).map_err(ApiError::internal)
+}
+
+/// The FleetConfig document of SPEC §5, from the module field specs: references are
+/// keys of the same document or ids; nothing read-only appears.
+fn fleet_config_schema() -> Value {
+    let mut sections = Map::new();
+    for kind in Kind::ALL {
+        let module = crate::modules::of(kind);
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for field in module.fields.iter().filter(|field| !(module.keyed_by_owner && field.name == "owner")) {
+            let schema = match field.ty {
+                crate::modules::FieldType::Count => {
+                    json!({"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT})
+                }
+                crate::modules::FieldType::Map => json!({"type": "object", "additionalProperties": {"type": "string"}}),
+                crate::modules::FieldType::Ref(target) => {
+                    json!({"type": "string", "description": format!("the key of a {} in this document, or its id", target.name())})
+                }
+                _ => json!({"type": "string"}),
+            };
+            properties.insert(field.name.into(), schema);
+            if field.required {
+                required.push(field.name);
+            }
+        }
+        let object =
+            json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties});
+        sections.insert(kind.section().into(), json!({"type": "object", "additionalProperties": object}));
+    }
+    json!({"type": "object", "additionalProperties": false, "properties": sections})
+}
+
+fn request_schema(apply: bool) -> Value {
+    let mut schema = json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
+        "document": fleet_config_schema(), "prune": {"type": "boolean", "default": false}}});
+    if apply {
+        schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
+    }
+    schema
+}
+
+fn plan_schema() -> Value {
+    let counts: Map<String, Value> = ["create", "update", "delete", "archive", "restore", "unchanged", "blocked"]
+        .into_iter()
+        .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
+        .collect();
+    json!({"type": "object", "properties": {
+        "changes": {"type": "array", "items": {"type": "object", "properties": {
+            "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore"]},
+            "kind": {"type": "string"}, "key": {"type": "string"}, "id": {"type": "string"},
+            "fields": {"type": "array", "items": {"type": "object", "properties": {
+                "field": {"type": "string"}, "from": {}, "to": {}}}},
+            "text": {"type": "string"}}}},
+        "calls": {"type": "array", "items": {"type": "object", "properties": {
+            "method": {"type": "string"}, "input": {"type": "object"}, "idempotencyKey": {"type": "string"}}}},
+        "summary": {"type": "object", "properties": counts},
+        "blocked": {"type": "array", "items": {"type": "object", "properties": {
+            "kind": {"type": "string"}, "key": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}},
+        "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
 }
 
 /// The planner run as `caller` on a snapshot of the tenant: one read transaction

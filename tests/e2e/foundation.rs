@@ -37,6 +37,14 @@ fn health_catalogue_and_openapi_need_no_token() {
     assert_eq!(create["operationId"], "compute.pools.create");
     assert!(create["requestBody"]["content"]["application/json"]["schema"]["properties"]["class"].is_object());
     assert_eq!(openapi["paths"].as_object().unwrap().len(), methods.len());
+    let plan = &openapi["paths"]["/api/compute/fleet/plan"]["post"];
+    let document = &plan["requestBody"]["content"]["application/json"]["schema"]["properties"]["document"];
+    assert_eq!(
+        document["properties"]["pools"]["additionalProperties"]["required"],
+        json!(["site", "account", "class", "owner"])
+    );
+    let answer = &plan["responses"]["200"]["content"]["application/json"]["schema"];
+    assert!(answer["properties"]["planHash"]["pattern"].is_string());
 }
 
 #[test]
