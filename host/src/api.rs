@@ -3,91 +3,22 @@
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
-/// The SPEC §2 error codes. The guest's codes map one to one onto these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    InvalidArgument,
-    Unauthenticated,
-    PermissionDenied,
-    NotFound,
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidState,
-    ConfigDrift,
-    PayloadTooLarge,
-    ResourceExhausted,
-    Unsupported,
-    Internal,
-}
+/// The SPEC §2 error codes: the planner's own type, so that guest, WIT and host share
+/// one list.
+pub use fleet_guest::ErrorCode as Code;
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::InvalidArgument => "INVALID_ARGUMENT",
-            Code::Unauthenticated => "UNAUTHENTICATED",
-            Code::PermissionDenied => "PERMISSION_DENIED",
-            Code::NotFound => "NOT_FOUND",
-            Code::AlreadyExists => "ALREADY_EXISTS",
-            Code::FailedPrecondition => "FAILED_PRECONDITION",
-            Code::InvalidState => "INVALID_STATE",
-            Code::ConfigDrift => "CONFIG_DRIFT",
-            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-            Code::Unsupported => "UNSUPPORTED",
-            Code::Internal => "INTERNAL",
-        }
-    }
-
-    pub fn status(self) -> StatusCode {
-        match self {
-            Code::InvalidArgument => StatusCode::BAD_REQUEST,
-            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Code::PermissionDenied => StatusCode::FORBIDDEN,
-            Code::NotFound => StatusCode::NOT_FOUND,
-            Code::AlreadyExists | Code::FailedPrecondition | Code::InvalidState | Code::ConfigDrift => {
-                StatusCode::CONFLICT
-            }
-            Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-            Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
-            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    pub(crate) fn from_guest(code: fleet_guest::ErrorCode) -> Code {
-        use fleet_guest::ErrorCode as G;
-        match code {
-            G::InvalidArgument => Code::InvalidArgument,
-            G::Unauthenticated => Code::Unauthenticated,
-            G::PermissionDenied => Code::PermissionDenied,
-            G::NotFound => Code::NotFound,
-            G::AlreadyExists => Code::AlreadyExists,
-            G::FailedPrecondition => Code::FailedPrecondition,
-            G::InvalidState => Code::InvalidState,
-            G::ConfigDrift => Code::ConfigDrift,
-            G::PayloadTooLarge => Code::PayloadTooLarge,
-            G::ResourceExhausted => Code::ResourceExhausted,
-            G::Unsupported => Code::Unsupported,
-            G::Internal => Code::Internal,
-        }
-    }
-
-    pub(crate) fn into_guest(self) -> fleet_guest::ErrorCode {
-        use fleet_guest::ErrorCode as G;
-        match self {
-            Code::InvalidArgument => G::InvalidArgument,
-            Code::Unauthenticated => G::Unauthenticated,
-            Code::PermissionDenied => G::PermissionDenied,
-            Code::NotFound => G::NotFound,
-            Code::AlreadyExists => G::AlreadyExists,
-            Code::FailedPrecondition => G::FailedPrecondition,
-            Code::InvalidState => G::InvalidState,
-            Code::ConfigDrift => G::ConfigDrift,
-            Code::PayloadTooLarge => G::PayloadTooLarge,
-            Code::ResourceExhausted => G::ResourceExhausted,
-            Code::Unsupported => G::Unsupported,
-            Code::Internal => G::Internal,
-        }
+/// The HTTP status of an error code (SPEC §2).
+pub fn status(code: Code) -> StatusCode {
+    match code {
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::FailedPrecondition | Code::InvalidState | Code::ConfigDrift => StatusCode::CONFLICT,
+        Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -168,17 +99,5 @@ impl From<rusqlite::Error> for ApiError {
 impl From<r2d2::Error> for ApiError {
     fn from(error: r2d2::Error) -> ApiError {
         ApiError::internal(format_args!("database pool: {error}"))
-    }
-}
-
-impl From<fleet_guest::Error> for ApiError {
-    fn from(error: fleet_guest::Error) -> ApiError {
-        ApiError { code: Code::from_guest(error.code), message: error.message, details: error.details }
-    }
-}
-
-impl From<ApiError> for fleet_guest::Error {
-    fn from(error: ApiError) -> fleet_guest::Error {
-        fleet_guest::Error { code: error.code.into_guest(), message: error.message, details: error.details }
     }
 }

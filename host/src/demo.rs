@@ -53,6 +53,32 @@ pub fn document() -> Value {
     })
 }
 
+/// A large estate for benchmarks and tests: 2 sites, 2 accounts, `pools` pools each
+/// with a flavor and an offer, and 50 owner quotas (`4 + 3 * pools + 50` objects).
+pub fn large_document(pools: usize) -> Value {
+    let mut document = json!({
+        "sites": {"site-a": {"region": "eu-west-1"}, "site-b": {"region": "us-east-1"}},
+        "providerAccounts": {"acct-a": {"provider": "aws"}, "acct-b": {"provider": "gcp"}},
+        "pools": {}, "ownerQuotas": {}, "offers": {}, "flavors": {}
+    });
+    for index in 0..pools {
+        let pool = format!("pool-{index}");
+        document["pools"][&pool] = json!({
+            "site": if index % 2 == 0 { "site-a" } else { "site-b" },
+            "account": if index % 3 == 0 { "acct-a" } else { "acct-b" },
+            "class": "gpu", "owner": format!("team-{}", index % 50),
+            "vcpus": 64, "memoryMib": 262144, "gpus": 8, "labels": {"rack": format!("r{}", index % 40)}
+        });
+        document["flavors"][format!("flavor-{index}")] =
+            json!({"pool": pool, "vcpus": 8, "memoryMib": 32768, "gpus": 1, "diskGib": 100});
+        document["offers"][format!("offer-{index}")] = json!({"pool": pool, "to": "team-shared", "vcpus": 8});
+    }
+    for team in 0..50 {
+        document["ownerQuotas"][format!("team-{team}")] = json!({"vcpus": 1024, "memoryMib": 4194304, "instances": 10});
+    }
+    document
+}
+
 /// Creates the demo tenant (once), applies the demo estate (once), and returns a new
 /// token with every permission.
 pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {

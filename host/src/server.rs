@@ -182,5 +182,5 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
 }
 
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    json(error.code.status(), &error.body())
+    json(crate::api::status(error.code), &error.body())
 }

@@ -23,24 +23,7 @@ pub fn estate() -> Value {
 
 /// A document with `pools` pools, each with a flavor and an offer, on a few sites.
 pub fn large_estate(pools: usize) -> Value {
-    let mut document = json!({
-        "sites": {"site-a": {"region": "eu-west-1"}, "site-b": {"region": "us-east-1"}},
-        "providerAccounts": {"acct-a": {"provider": "aws"}, "acct-b": {"provider": "gcp"}},
-        "pools": {}, "ownerQuotas": {}, "offers": {}, "flavors": {}
-    });
-    for index in 0..pools {
-        let pool = format!("pool-{index}");
-        let site = if index % 2 == 0 { "site-a" } else { "site-b" };
-        let account = if index % 3 == 0 { "acct-a" } else { "acct-b" };
-        document["pools"][&pool] = json!({"site": site, "account": account, "class": "gpu",
-                                          "owner": format!("team-{}", index % 50), "vcpus": 64, "gpus": 8});
-        document["flavors"][format!("flavor-{index}")] = json!({"pool": pool, "vcpus": 8, "gpus": 1});
-        document["offers"][format!("offer-{index}")] = json!({"pool": pool, "to": "team-shared", "vcpus": 8});
-    }
-    for team in 0..50 {
-        document["ownerQuotas"][format!("team-{team}")] = json!({"vcpus": 1024, "instances": 10});
-    }
-    document
+    fleet::demo::large_document(pools)
 }
 
 fn count(server: &Server, token: &str, group: &str) -> usize {
