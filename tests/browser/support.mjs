@@ -28,7 +28,7 @@ export async function startServer(flags = []) {
   const dir = tempDir('fleet-browser-');
   const db = join(dir, 'fleet.db');
   const child = spawn(FLEET_BIN, ['--db', db, 'serve', '--listen', '127.0.0.1:0', ...flags], {
-    env: { ...process.env, RUST_LOG: 'fleet=warn', FLEET_CACHE_DIR: join(dir, 'cache') },
+    env: { ...process.env, RUST_LOG: 'fleet=warn' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const banner = [];
