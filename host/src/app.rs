@@ -26,6 +26,8 @@ pub struct Config {
     pub budget: Budget,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
+    /// The browser preview's assets (the planner transpiled by jco), served at `/preview/assets/`.
+    pub preview_dir: PathBuf,
 }
 
 impl Config {
@@ -38,6 +40,7 @@ impl Config {
             body_limit: 16 << 20,
             budget: Budget::default(),
             cache_dir: None,
+            preview_dir: crate::preview::default_dir(),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod events;
 pub mod fleet;
 pub mod input;
 pub mod modules;
+pub mod preview;
 pub mod reconciler;
 pub mod registry;
 pub mod sandbox;

@@ -124,6 +124,9 @@ struct Serve {
     /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
     #[arg(long, env = "FLEET_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    /// The browser preview's assets, built by `npm run build` in preview/ (default: the workspace's target/preview).
+    #[arg(long, env = "FLEET_PREVIEW_DIR")]
+    preview_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -260,6 +263,9 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         .cache_dir
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("fleet")))
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")));
+    if let Some(preview_dir) = serve.preview_dir {
+        config.preview_dir = preview_dir;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&serve.listen)
@@ -275,6 +281,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
             println!(
                 "  curl -s -X POST http://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
+            println!("  plan preview: http://{address}/preview#token={token}");
         }
         println!("fleet listening on http://{address}");
         fleet::serve(app, listener, fleet::shutdown_signal()).await

@@ -22,6 +22,7 @@ use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::db::{self, Conn, Tx};
 use crate::events;
+use crate::preview;
 use crate::registry::{Ctx, Method, MethodKind, Run};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -70,6 +71,7 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Body> {
         (&HttpMethod::GET, events::STREAM_PATH) => {
             events::stream(app, request).await.unwrap_or_else(|error| error_response(&error))
         }
+        (&HttpMethod::GET, _) if preview::owns(&path) => preview::serve(&app.config.preview_dir, &path).await,
         (&HttpMethod::POST, _) if path.starts_with("/api/") => match call(app, request).await {
             Ok(output) => json_text(StatusCode::OK, output),
             Err(error) => error_response(&error),

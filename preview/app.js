@@ -1,0 +1,342 @@
+// The plan preview page: loads the tenant's snapshot once, plans every edit in the
+// browser with the planner component, and applies through the server.
+
+import { COMPONENT_JS, PlannerError, loadPlanner } from './planner.js';
+
+const ASSETS = new URL('/preview/assets/', location.href);
+const API = '/api/compute/';
+const KIND_ORDER = ['site', 'providerAccount', 'pool', 'ownerQuota', 'offer', 'flavor'];
+const KIND_TITLES = {
+  site: 'Sites',
+  providerAccount: 'Provider accounts',
+  pool: 'Pools',
+  ownerQuota: 'Owner quotas',
+  offer: 'Offers',
+  flavor: 'Flavors',
+};
+
+const $ = (id) => document.getElementById(id);
+
+/** What the page knows: the token (memory only), the loaded planner, the last plan. */
+const session = {
+  token: '',
+  planner: null,
+  exported: '',
+  plan: null,
+  request: '',
+  busy: false,
+};
+
+// ---- the server -------------------------------------------------------------------
+
+class ApiFailure extends Error {
+  constructor(status, body) {
+    const error = body?.error ?? {};
+    super(error.message ?? `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code ?? `HTTP_${status}`;
+    this.details = error.details;
+  }
+}
+
+/** POSTs to `compute.<method>` (e.g. `fleet/export`) with the bearer token. */
+async function api(method, body) {
+  const response = await fetch(API + method, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body ?? {}),
+  });
+  const text = await response.text();
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = { error: { message: text } };
+  }
+  if (!response.ok) throw new ApiFailure(response.status, value);
+  return value;
+}
+
+// ---- the planner ------------------------------------------------------------------
+
+let componentModule = null;
+const coreModules = new Map();
+
+/** Compiles each core module once per page; instances are made per snapshot. */
+function getCoreModule(name) {
+  if (!coreModules.has(name)) {
+    coreModules.set(name, WebAssembly.compileStreaming(fetch(new URL(name, ASSETS))));
+  }
+  return coreModules.get(name);
+}
+
+/** Imports the transpiled component, or explains how to build it. */
+async function importComponent() {
+  if (componentModule) return componentModule;
+  const url = new URL(COMPONENT_JS, ASSETS);
+  const probe = await fetch(url, { method: 'GET', cache: 'no-cache' });
+  if (!probe.ok) {
+    const body = await probe.json().catch(() => ({}));
+    throw Object.assign(new Error(body?.error?.message ?? `HTTP ${probe.status}`), { missingAssets: true });
+  }
+  componentModule = await import(url.href);
+  return componentModule;
+}
+
+/** Loads (or reloads, after an apply) the snapshot and a planner instance over it. */
+async function loadTenant() {
+  const [component, snapshot, exported] = await Promise.all([
+    importComponent(),
+    api('preview/snapshot', {}),
+    api('fleet/export', {}),
+  ]);
+  session.planner = await loadPlanner(component, getCoreModule, snapshot);
+  session.snapshot = snapshot;
+  session.exported = JSON.stringify(exported.document, null, 2);
+  const objects = KIND_ORDER.reduce((sum, kind) => sum + (snapshot[`${kind}s`]?.length ?? 0), 0);
+  $('who').textContent = `tenant ${snapshot.caller.tenant} · principal ${snapshot.caller.principal} · ` +
+    `${objects} objects in the snapshot`;
+  const missing = exported.missing ?? [];
+  $('missing').hidden = missing.length === 0;
+  $('missing').textContent = missing.length
+    ? `This deployment does not run the modules of: ${missing.join(', ')}. Objects there are blocked.`
+    : '';
+}
+
+/** The request both planners see, as one text: the page plans and applies these bytes. */
+function planRequest() {
+  const document = JSON.parse($('document').value);
+  return JSON.stringify({ document, prune: $('prune').checked });
+}
+
+/** How many edits were planned (or refused): tests and tools wait on `data-planned`. */
+let planned = 0;
+
+function replan() {
+  if (!session.planner) return;
+  try {
+    planOnce();
+  } finally {
+    planned += 1;
+    document.body.dataset.planned = String(planned);
+  }
+}
+
+function planOnce() {
+  let request;
+  try {
+    request = planRequest();
+  } catch (error) {
+    return showPlanError({ code: 'INVALID_ARGUMENT', message: `the document is not valid JSON: ${error.message}` });
+  }
+  const started = performance.now();
+  try {
+    const text = session.planner.plan(request);
+    const elapsed = performance.now() - started;
+    session.plan = JSON.parse(text);
+    session.request = request;
+    renderPlan(session.plan, text);
+    $('timing').textContent = `planned in your browser in ${elapsed.toFixed(1)} ms`;
+    $('timing').dataset.ms = elapsed.toFixed(3);
+  } catch (error) {
+    if (!(error instanceof PlannerError)) throw error;
+    if (error.code === 'INTERNAL') {
+      // A trapped instance is not used again; plan the next edit on a fresh one.
+      loadPlanner(componentModule, getCoreModule, session.snapshot).then((planner) => (session.planner = planner));
+    }
+    showPlanError(error);
+  }
+}
+
+// ---- rendering --------------------------------------------------------------------
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === 'class') node.className = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+const show = (value) => (typeof value === 'string' ? value : JSON.stringify(value));
+
+function renderPlan(plan, text) {
+  $('errors').hidden = true;
+  const counts = Object.entries(plan.summary)
+    .filter(([name, count]) => count > 0 && name !== 'unchanged' && name !== 'blocked')
+    .map(([name, count]) => `${count} to ${name}`);
+  const calls = plan.calls.length;
+  const parts = [
+    counts.length ? counts.join(', ') : 'no changes',
+    `${plan.summary.unchanged} unchanged`,
+  ];
+  if (plan.summary.blocked) parts.push(`${plan.summary.blocked} blocked`);
+  parts.push(`${calls} ${calls === 1 ? 'call' : 'calls'}`);
+  $('summary').textContent = parts.join(' · ');
+  $('summary').className = `summary${calls === 0 && plan.blocked.length === 0 ? ' none' : ''}`;
+
+  const changes = $('changes');
+  changes.replaceChildren();
+  for (const kind of KIND_ORDER) {
+    const ofKind = plan.changes.filter((change) => change.kind === kind);
+    if (ofKind.length === 0) continue;
+    changes.append(element('div', { class: 'kind' }, KIND_TITLES[kind]));
+    for (const change of ofKind) {
+      const sign = change.text.charAt(0);
+      const row = element('div', { class: `change ${sign === '!' ? 'blocked' : change.action}` },
+        element('div', { class: 'text' }, change.text));
+      if (change.fields?.length && sign !== '+') {
+        const fields = element('ul', { class: 'fields' });
+        for (const field of change.fields) {
+          fields.append(element('li', {},
+            `${field.field}: `,
+            element('span', { class: 'from' }, show(field.from)),
+            element('span', { class: 'arrow' }, ' → '),
+            element('span', { class: 'to' }, show(field.to))));
+        }
+        row.append(fields);
+      }
+      changes.append(row);
+    }
+  }
+
+  const blocked = $('blocked');
+  blocked.hidden = plan.blocked.length === 0;
+  blocked.replaceChildren();
+  if (plan.blocked.length) {
+    const list = element('ul');
+    for (const reason of plan.blocked) {
+      list.append(element('li', {}, element('code', {}, `${reason.kind} ${reason.key}`), ` (${reason.field}): ${reason.reason}`));
+    }
+    blocked.append(element('h3', {}, 'Blocked: apply is refused until these are resolved'), list);
+  }
+
+  $('plan-hash').textContent = plan.planHash;
+  $('plan-json').textContent = text;
+  $('apply').disabled = session.busy || plan.blocked.length > 0;
+  $('apply').title = plan.blocked.length ? 'the plan has blocked changes' : `apply ${calls} calls with this plan hash`;
+}
+
+function showPlanError(error) {
+  session.plan = null;
+  const box = $('errors');
+  box.hidden = false;
+  box.replaceChildren(element('h3', {}, `${error.code}: ${error.message}`));
+  const problems = error.details?.problems ?? [];
+  if (problems.length) {
+    const list = element('ul');
+    for (const problem of problems) {
+      list.append(element('li', {}, element('code', {}, problem.path || '/'), ` ${problem.message}`));
+    }
+    box.append(list);
+  }
+  $('summary').textContent = '';
+  $('changes').replaceChildren();
+  $('blocked').hidden = true;
+  $('plan-hash').textContent = '—';
+  $('plan-json').textContent = '';
+  $('timing').textContent = '';
+  $('apply').disabled = true;
+}
+
+function showOutcome(ok, title, detail) {
+  const box = $('outcome');
+  box.hidden = false;
+  box.className = `outcome${ok ? '' : ' failed'}`;
+  box.replaceChildren(element('strong', {}, title));
+  if (detail !== undefined) box.append(element('pre', {}, typeof detail === 'string' ? detail : JSON.stringify(detail, null, 2)));
+}
+
+/** Shows `nodes` in the notice box above the workspace; none hides it. */
+function showNotice(...nodes) {
+  $('notice').hidden = nodes.length === 0;
+  $('notice').replaceChildren(...nodes);
+}
+
+// ---- actions ----------------------------------------------------------------------
+
+async function connect(token) {
+  session.token = token.trim();
+  showNotice();
+  $('who').textContent = 'loading…';
+  try {
+    await loadTenant();
+  } catch (error) {
+    $('who').textContent = '';
+    $('workspace').hidden = true;
+    if (error.missingAssets) {
+      showNotice(
+        element('strong', {}, 'The planner is not built for the browser yet. '),
+        'The server has no transpiled planner component to send. Building it needs Node.js 20+ ',
+        'and npm; in a checkout of fleet, run',
+        element('pre', {}, 'cd preview\nnpm ci\nnpm run build'),
+        'and reload this page, or start the server with ',
+        element('code', {}, '--preview-dir'),
+        ' pointing at a built copy. Everything else in fleet works without it.',
+      );
+    } else {
+      showNotice(element('strong', {}, `${error.code ?? 'ERROR'}: `), error.message);
+    }
+    return;
+  }
+  $('workspace').hidden = false;
+  $('document').value = session.exported;
+  $('outcome').hidden = true;
+  replan();
+}
+
+async function apply() {
+  if (!session.plan || session.busy) return;
+  session.busy = true;
+  $('apply').disabled = true;
+  const request = JSON.parse(session.request);
+  request.planHash = session.plan.planHash;
+  try {
+    const applied = await api('fleet/apply', JSON.stringify(request));
+    const status = await api('fleet/status', {});
+    const calls = `${applied.applied} ${applied.applied === 1 ? 'call' : 'calls'}`;
+    showOutcome(true, `Applied ${calls}. The tenant's status now:`, status);
+    // The state changed: plan the same document against a new snapshot.
+    const edited = $('document').value;
+    await loadTenant();
+    $('document').value = edited;
+  } catch (error) {
+    const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
+    showOutcome(false, `${error.code}: ${error.message}`, detail);
+    if (error.code === 'CONFIG_DRIFT') {
+      // Someone else changed the tenant: take a new snapshot so the preview is current.
+      const edited = $('document').value;
+      await loadTenant().catch(() => {});
+      $('document').value = edited;
+    }
+  } finally {
+    session.busy = false;
+    replan();
+  }
+}
+
+function init() {
+  // A token may come in the URL fragment (#token=...), which is never sent to a server.
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const fromFragment = fragment.get('token');
+  if (fromFragment) {
+    history.replaceState(null, '', location.pathname);
+    $('token').value = fromFragment;
+  }
+  $('connect').addEventListener('submit', (event) => {
+    event.preventDefault();
+    connect($('token').value);
+  });
+  $('document').addEventListener('input', replan);
+  $('prune').addEventListener('change', replan);
+  $('apply').addEventListener('click', apply);
+  $('reset').addEventListener('click', () => {
+    $('document').value = session.exported;
+    replan();
+  });
+  if (fromFragment) connect(fromFragment);
+}
+
+init();

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the browser preview's assets: the planner component the `fleet` binary embeds,
+# transpiled by jco for JavaScript, into target/preview/ (gitignored; the server's
+# default --preview-dir). Nothing here is committed.
+#
+#   FLEET_BIN=path/to/fleet   use this binary instead of building one with cargo
+#   PREVIEW_OUT=dir           write elsewhere (then serve with --preview-dir dir)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(dirname "$here")"
+out="${PREVIEW_OUT:-$repo/target/preview}"
+
+if [[ -z "${FLEET_BIN:-}" ]]; then
+  (cd "$repo" && cargo build --locked --quiet --bin fleet)
+  FLEET_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/fleet"
+fi
+
+jco="$here/node_modules/.bin/jco"
+if [[ ! -x "$jco" ]]; then
+  echo "jco is not installed: run 'npm ci' in $here first" >&2
+  exit 1
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$FLEET_BIN" component -o "$work/fleet_planner.wasm"
+
+# --instantiation async: the page passes the WIT imports (the module adapters) in.
+# --no-nodejs-compat: browser output (the tests give Node.js compiled modules themselves).
+# No WASI shim is needed: the component imports only compute:fleet.
+"$jco" transpile "$work/fleet_planner.wasm" \
+  --name fleet_planner \
+  --out-dir "$work/out" \
+  --instantiation async \
+  --no-nodejs-compat \
+  --no-typescript \
+  --no-wasi-shim \
+  --quiet
+
+# Replace the output whole, so a server never serves a half-written mix.
+mkdir -p "$(dirname "$out")"
+rm -rf "$out.new"
+mv "$work/out" "$out.new"
+rm -rf "$out"
+mv "$out.new" "$out"
+echo "preview assets in $out:"
+ls -l "$out" | tail -n +2

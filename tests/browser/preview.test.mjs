@@ -1,0 +1,246 @@
+// The browser plan preview end to end: the real `fleet` binary, the page in headless
+// Chromium (Debian's package, driven by playwright-core), a token, an edited document,
+// the plan computed in the browser compared byte for byte with the server's, an apply
+// through the server, and a screenshot in target/artifacts/.
+
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+
+import { ARTIFACTS, REPO, estate, startServer, tempDir } from './support.mjs';
+
+// playwright-core is installed with the page's tooling, in preview/node_modules.
+const require = createRequire(join(REPO, 'preview/package.json'));
+const { chromium } = require('playwright-core');
+
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+
+let server;
+let browser;
+let token;
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  server = await startServer();
+  token = server.tenantWithToken('acme');
+  await server.ok(token, 'fleet/apply', { document: estate() });
+  // A fresh profile every run (playwright passes it as --user-data-dir).
+  browser = await chromium.launchPersistentContext(tempDir('fleet-chromium-'), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ARGS,
+    viewport: { width: 1400, height: 1000 },
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** Opens the page with the token in the fragment and waits for the first plan. */
+async function open() {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('request', (request) => request.url().includes(token) && problems.push(`token in a URL: ${request.url()}`));
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => message.type() === 'error' && problems.push(`console: ${message.text()}`));
+  await page.goto(`${server.base}/preview#token=${token}`);
+  await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+  return { page, problems };
+}
+
+/** Types a document into the page and waits until the shown plan is for it. */
+async function edit(page, document) {
+  const before = await page.evaluate(() => document.body.dataset.planned);
+  await page.fill('#document', typeof document === 'string' ? document : JSON.stringify(document, null, 2));
+  await page.waitForFunction((previous) => document.body.dataset.planned !== previous, before);
+}
+
+/** What the page shows: the raw plan JSON, the hash, the summary and the change lines. */
+async function shown(page) {
+  return {
+    json: await page.locator('#plan-json').textContent(),
+    hash: await page.locator('#plan-hash').textContent(),
+    summary: await page.locator('#summary').textContent(),
+    lines: await page.locator('.change .text').allTextContents(),
+  };
+}
+
+test('the browser plans byte for byte as the server, then applies through it', async () => {
+  const { page, problems } = await open();
+
+  // The page never sends the token as a query parameter, and drops it from the URL.
+  assert.equal(new URL(page.url()).hash, '');
+
+  // The exported document, unchanged, plans no calls, with the server's hash.
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  let view = await shown(page);
+  assert.match(view.summary, /no changes/);
+  let server_plan = await server.call(token, 'fleet/plan', { document: exported, prune: false });
+  assert.equal(view.hash, server_plan.json.planHash);
+  assert.equal(view.json, server_plan.text);
+
+  // An edit: more GPUs, a new pool, a renamed offer target, a new flavor.
+  const edited = structuredClone(exported);
+  edited.pools['gpu-a'].gpus = 128;
+  edited.pools['gpu-b'] = { site: 'lab', account: 'aws-main', class: 'gpu', owner: 'team-ml', vcpus: 64, gpus: 8 };
+  edited.offers['ml-to-research'].vcpus = 96;
+  edited.flavors['g1-small'] = { pool: 'gpu-b', vcpus: 2, memoryMib: 16384, gpus: 1, diskGib: 20 };
+  await edit(page, edited);
+  view = await shown(page);
+  server_plan = await server.call(token, 'fleet/plan', { document: edited, prune: false });
+  assert.equal(server_plan.status, 200);
+  assert.equal(view.hash, server_plan.json.planHash, 'the plan hash shown is the server plan hash');
+  assert.equal(view.json, server_plan.text, 'the browser plan is the server plan, byte for byte');
+  assert.ok(view.lines.includes('+ pool gpu-b: create (class gpu, site lab, 8 gpus)'), view.lines.join('\n'));
+  assert.ok(view.lines.some((line) => line.startsWith('~ pool gpu-a: update')), view.lines.join('\n'));
+  assert.match(view.summary, /2 to create · .*2 to update|2 to create, 2 to update/);
+  await page.screenshot({ path: join(ARTIFACTS, 'preview-plan.png'), fullPage: true });
+
+  // Prune changes the plan in the browser exactly as on the server.
+  const planned = await page.evaluate(() => document.body.dataset.planned);
+  await page.check('#prune');
+  await page.waitForFunction((previous) => document.body.dataset.planned !== previous, planned);
+  const pruned = await shown(page);
+  const server_pruned = await server.call(token, 'fleet/plan', { document: edited, prune: true });
+  assert.equal(pruned.json, server_pruned.text);
+  await page.uncheck('#prune');
+  await page.locator('#plan-hash', { hasText: view.hash }).waitFor();
+
+  // Apply through the server with the shown hash, and see the status change.
+  const before_status = await server.ok(token, 'fleet/status', {});
+  await page.click('#apply');
+  await page.locator('#outcome', { hasText: 'Applied 4 calls' }).waitFor();
+  const status = await server.ok(token, 'fleet/status', {});
+  assert.notEqual(status.applied.planHash, before_status.applied.planHash);
+  assert.equal(status.applied.planHash, view.hash);
+  assert.equal(status.applied.calls, 4);
+  assert.match(await page.locator('#outcome').textContent(), new RegExp(view.hash));
+  // The page took a new snapshot: the same document now plans no calls.
+  await page.locator('#summary', { hasText: 'no changes' }).waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, 'preview-applied.png'), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+test('blocked changes and invalid documents show as the server reports them', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+
+  const blocked = structuredClone(exported);
+  blocked.pools['gpu-a'].class = 'cpu';
+  blocked.offers['to-nowhere'] = { pool: 'no-such-pool', to: 'team-web' };
+  await edit(page, blocked);
+  const view = await shown(page);
+  const server_plan = await server.call(token, 'fleet/plan', { document: blocked, prune: false });
+  assert.equal(view.json, server_plan.text);
+  assert.ok(view.lines.some((line) => line.startsWith('! pool gpu-a')), view.lines.join('\n'));
+  assert.match(await page.locator('#blocked').textContent(), /class is immutable \(gpu -> cpu\)/);
+  assert.equal(await page.locator('#apply').isDisabled(), true);
+
+  const invalid = structuredClone(exported);
+  invalid.pools['gpu-a'].vcpus = 'many';
+  invalid.pools.Bad = { site: 'lab' };
+  await edit(page, invalid);
+  const errors = await page.locator('#errors').textContent();
+  const server_error = await server.call(token, 'fleet/plan', { document: invalid, prune: false });
+  assert.equal(server_error.json.error.code, 'INVALID_ARGUMENT');
+  assert.match(errors, /INVALID_ARGUMENT/);
+  for (const problem of server_error.json.error.details.problems) {
+    assert.ok(errors.includes(problem.path), `${problem.path} is shown: ${errors}`);
+  }
+  await page.screenshot({ path: join(ARTIFACTS, 'preview-invalid.png'), fullPage: true });
+
+  await edit(page, '{"pools": {');
+  assert.match(await page.locator('#errors').textContent(), /not valid JSON/);
+  assert.deepEqual(problems, []);
+});
+
+test('the page itself answers apply with UNSUPPORTED: the browser has no composite methods', async () => {
+  const { page } = await open();
+  const code = await page.evaluate(async () => {
+    const { loadPlanner } = await import('/preview/planner.js');
+    const component = await import('/preview/assets/fleet_planner.js');
+    const compile = (name) => WebAssembly.compileStreaming(fetch(`/preview/assets/${name}`));
+    const planner = await loadPlanner(component, compile, { caller: { tenant: 'acme', principal: 'alice' } });
+    try {
+      planner.apply('{"document": {}}');
+      return 'applied';
+    } catch (error) {
+      return error.code;
+    }
+  });
+  assert.equal(code, 'UNSUPPORTED');
+});
+
+test('plan time in the browser for the demo estate', async (t) => {
+  const demo = await startServer(['--demo']);
+  try {
+    const line = demo.banner.find((text) => text.includes('FLEET_TOKEN='));
+    const demoToken = line.split('FLEET_TOKEN=')[1].trim();
+    const page = await browser.newPage();
+    const opened = performance.now();
+    await page.goto(`${demo.base}/preview#token=${demoToken}`);
+    await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+    const loaded = performance.now() - opened;
+    const times = await page.evaluate(() => {
+      const area = document.querySelector('#document');
+      const samples = [];
+      for (let round = 0; round < 50; round += 1) {
+        area.dispatchEvent(new Event('input'));
+        samples.push(Number(document.querySelector('#timing').dataset.ms));
+      }
+      return samples.sort((a, b) => a - b);
+    });
+    const median = times[Math.floor(times.length / 2)];
+    t.diagnostic(`demo estate, page open to first plan (component fetched and compiled): ${loaded.toFixed(0)} ms`);
+    t.diagnostic(`demo estate, plan in Chromium: median ${median.toFixed(2)} ms, max ${times.at(-1).toFixed(2)} ms over ${times.length} plans`);
+    assert.ok(median < 250, `a plan of the demo estate takes ${median} ms`);
+  } finally {
+    await demo.stop();
+  }
+});
+
+test('without built assets the server still runs and the page says how to build them', async () => {
+  const bare = await startServer(['--preview-dir', tempDir('fleet-no-assets-')]);
+  try {
+    const bareToken = bare.tenantWithToken('acme');
+    const page = await browser.newPage();
+    await page.goto(`${bare.base}/preview#token=${bareToken}`);
+    const notice = page.locator('#notice');
+    await notice.waitFor();
+    assert.match(await notice.textContent(), /npm ci\s*npm run build/);
+    assert.equal(await page.locator('#workspace').isVisible(), false);
+    await page.screenshot({ path: join(ARTIFACTS, 'preview-not-built.png'), fullPage: true });
+    const health = await fetch(`${bare.base}/healthz`);
+    assert.equal(await health.text(), 'ok');
+  } finally {
+    await bare.stop();
+  }
+});
+
+test('assets: content types, no path traversal, no auth needed', async () => {
+  const get = (path) => fetch(`${server.base}${path}`);
+  const page = await get('/preview');
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /^text\/html/);
+  assert.match(page.headers.get('content-security-policy'), /script-src 'self' 'wasm-unsafe-eval'/);
+  assert.match((await get('/preview/assets/fleet_planner.js')).headers.get('content-type'), /^text\/javascript/);
+  assert.equal((await get('/preview/assets/fleet_planner.core.wasm')).headers.get('content-type'), 'application/wasm');
+  for (const path of [
+    '/preview/assets/..%2f..%2fCargo.toml',
+    '/preview/assets/%2e%2e/fleet.db',
+    '/preview/assets/../../../etc/passwd',
+    '/preview/assets/.hidden.js',
+    '/preview/assets/fleet_planner.d.ts',
+    '/preview/nope.js',
+  ]) {
+    assert.equal((await get(path)).status, 404, path);
+  }
+});
