@@ -11,6 +11,11 @@ use fleet::{App, Config, auth, db, demo};
 use fleet_guest::Kind;
 use std::process::ExitCode;
 
+/// glibc's malloc grows its per-thread arenas with `mprotect`, which showed as a tenth
+/// of a large apply's time in the profile; mimalloc does not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "fleet", version, about = "A declarative control plane for compute capacity")]
 struct Cli {
