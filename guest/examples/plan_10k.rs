@@ -19,17 +19,7 @@ fn id(prefix: &str, number: usize) -> String {
 
 fn main() {
     let (sites, accounts, pools, quotas, offers, flavors) = (50, 50, 2_000, 900, 3_000, 4_000);
-    let mut state = Snapshot {
-        caller: Caller { tenant: "acme".into(), principal: "alice".into() },
-        modules: Kind::ALL.to_vec(),
-        sites: Vec::new(),
-        provider_accounts: Vec::new(),
-        pools: Vec::new(),
-        owner_quotas: Vec::new(),
-        offers: Vec::new(),
-        flavors: Vec::new(),
-        bindings: Vec::new(),
-    };
+    let mut state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into() });
     let mut bind = |kind: Kind, name: String, id: String| state.bindings.push(Binding { kind, name, id });
     let mut site_list = Vec::new();
     for number in 0..sites {

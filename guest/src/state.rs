@@ -215,6 +215,21 @@ fn all_kinds() -> Vec<Kind> {
 }
 
 impl Snapshot {
+    /// A tenant with nothing in it, every module run.
+    pub fn empty(caller: Caller) -> Snapshot {
+        Snapshot {
+            caller,
+            modules: all_kinds(),
+            sites: Vec::new(),
+            provider_accounts: Vec::new(),
+            pools: Vec::new(),
+            owner_quotas: Vec::new(),
+            offers: Vec::new(),
+            flavors: Vec::new(),
+            bindings: Vec::new(),
+        }
+    }
+
     /// Reads everything once from a host: one call per table.
     pub fn read(host: &dyn Host) -> Snapshot {
         Snapshot {

@@ -228,7 +228,7 @@ async fn run(args: Args) -> Result<()> {
     let wasm_plan = time(args.runs, || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
-    let empty: Snapshot = serde_json::from_value(json!({"caller": {"tenant": "bench", "principal": "alice"}}))?;
+    let empty = Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into() });
     let instantiate = time(2001, || plan_in_sandbox(empty.clone(), Entry::Export, "{}"));
 
     // Over HTTP, against the database.

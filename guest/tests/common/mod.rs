@@ -16,17 +16,7 @@ pub fn caller() -> Caller {
 }
 
 pub fn empty_snapshot() -> Snapshot {
-    Snapshot {
-        caller: caller(),
-        modules: Kind::ALL.to_vec(),
-        sites: Vec::new(),
-        provider_accounts: Vec::new(),
-        pools: Vec::new(),
-        owner_quotas: Vec::new(),
-        offers: Vec::new(),
-        flavors: Vec::new(),
-        bindings: Vec::new(),
-    }
+    Snapshot::empty(caller())
 }
 
 /// The module methods of SPEC §4 over a snapshot, with their validation and
