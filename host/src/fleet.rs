@@ -139,7 +139,7 @@ fn plan_schema() -> Value {
 /// The planner run as `caller` on a snapshot of the tenant: one read transaction
 /// around the whole guest call, so the tables it reads agree with each other.
 pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, request: &str) -> Result<String, ApiError> {
-    db.execute_batch("BEGIN DEFERRED")?;
+    db::begin(&db, db::Tx::Read)?;
     let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: false };
     let (session, result) = app.sandbox.call(session, entry, request);
     session.db.execute_batch("COMMIT")?;
@@ -198,7 +198,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     }
 
     let db = app.db.get()?;
-    db.execute_batch("BEGIN IMMEDIATE")?;
+    db::begin(&db, db::Tx::Write)?;
     request.insert("planHash".into(), Value::String(plan_hash));
     let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: true };
     let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());

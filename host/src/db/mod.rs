@@ -43,22 +43,35 @@ pub enum Tx {
     Write,
 }
 
+/// Begins a transaction. Explicit `BEGIN` rather than `rusqlite::Transaction` so that
+/// the connection can be owned elsewhere (by a sandbox store) while it is open. A pooled
+/// connection that comes back with a transaction still open (a failed `COMMIT`, a
+/// panic) is rolled back first, so one failure never leaks into the next request.
+pub fn begin(db: &Connection, mode: Tx) -> Result<(), ApiError> {
+    if !db.is_autocommit() {
+        tracing::warn!("a pooled connection still had a transaction open; rolling it back");
+        db.execute_batch("ROLLBACK")?;
+    }
+    db.execute_batch(match mode {
+        Tx::Read => "BEGIN DEFERRED",
+        Tx::Write => "BEGIN IMMEDIATE",
+    })?;
+    Ok(())
+}
+
 /// Runs `work` in a transaction: committed when it returns `Ok`, rolled back otherwise.
-/// Explicit `BEGIN`/`COMMIT` rather than `rusqlite::Transaction` so that the connection
-/// can be owned elsewhere (by a sandbox store) while the transaction is open.
 pub fn transaction<T>(
     db: &Connection,
     mode: Tx,
     work: impl FnOnce(&Connection) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
-    db.execute_batch(match mode {
-        Tx::Read => "BEGIN DEFERRED",
-        Tx::Write => "BEGIN IMMEDIATE",
-    })?;
+    begin(db, mode)?;
     match work(db) {
         Ok(value) => {
             if let Err(error) = db.execute_batch("COMMIT") {
-                let _ = db.execute_batch("ROLLBACK");
+                if let Err(rollback) = db.execute_batch("ROLLBACK") {
+                    tracing::error!(%rollback, "rollback after a failed commit failed");
+                }
                 return Err(error.into());
             }
             Ok(value)
@@ -75,4 +88,27 @@ pub fn transaction<T>(
 /// The current time as an RFC 3339 UTC string with seconds precision.
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_left_open_is_rolled_back_at_the_next_begin() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = open(&dir.path().join("fleet.db")).unwrap();
+        let db = pool.get().unwrap();
+        begin(&db, Tx::Write).unwrap();
+        db.execute("INSERT INTO tenants (name, created_at) VALUES ('leaked', 'now')", []).unwrap();
+        // As if the request had failed between its begin and its commit.
+        transaction(&db, Tx::Read, |db| {
+            let leaked: bool =
+                db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = 'leaked')", [], |row| row.get(0))?;
+            assert!(!leaked);
+            Ok(())
+        })
+        .unwrap();
+        assert!(db.is_autocommit());
+    }
 }
