@@ -302,12 +302,6 @@ impl Object {
         self.fields.get(field).and_then(Value::as_u64).unwrap_or_default()
     }
 
-    /// A map field as sorted pairs.
-    pub fn pairs(&self, field: &str) -> Vec<(String, String)> {
-        let Some(Value::Object(map)) = self.fields.get(field) else { return Vec::new() };
-        map.iter().map(|(key, value)| (key.clone(), value.as_str().unwrap_or_default().to_owned())).collect()
-    }
-
     pub fn to_json(&self, module: &Module) -> Value {
         let mut object = Map::new();
         object.insert(module.key_field().into(), Value::String(self.key.clone()));
