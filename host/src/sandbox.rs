@@ -42,6 +42,11 @@ const MAX_OUTPUT: usize = 64 << 20;
 const TICK: Duration = Duration::from_millis(10);
 /// The most planner instances alive at once with the pooling allocator.
 const MAX_INSTANCES: u32 = 128;
+/// How much of a pooled slot's memory (and table) stays resident between requests.
+/// Every resident page is reset with memset on every reuse, touched or not, so this is
+/// a trade: 128 KiB measured best for an almost empty call and for small plans alike
+/// (`BENCHMARKS.md`); more costs small requests what it saves large ones.
+const KEEP_RESIDENT: usize = 128 << 10;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
@@ -178,6 +183,13 @@ fn engine(budget: Budget) -> anyhow::Result<Engine> {
         .total_memories(MAX_INSTANCES)
         .total_tables(MAX_INSTANCES)
         .max_memory_size(budget.memory_bytes);
+    // Between requests a slot's dirty pages (found with Linux's PAGEMAP_SCAN where the
+    // kernel has it) are reset with memset rather than released, up to this much: the
+    // next request then takes no page faults and no TLB-flushing madvise.
+    pooling
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(KEEP_RESIDENT);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     match Engine::new(&config) {
         Ok(engine) => Ok(engine),
