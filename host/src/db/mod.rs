@@ -24,7 +24,8 @@ pub fn open(path: &Path) -> anyhow::Result<Pool> {
     migrations::migrations().to_latest(&mut first)?;
     drop(first);
     let manager = SqliteConnectionManager::file(path).with_init(configure);
-    Ok(r2d2::Pool::builder().max_size(16).build(manager)?)
+    // A connection to a local file does not go stale: no test query on every checkout.
+    Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?)
 }
 
 fn configure(db: &mut Connection) -> rusqlite::Result<()> {
