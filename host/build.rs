@@ -15,7 +15,7 @@ fn main() -> Result<()> {
     let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    for watched in ["guest/src", "guest/Cargo.toml", "test-programs/hostile", "wit", "Cargo.lock"] {
+    for watched in ["guest/src", "guest/build.rs", "guest/Cargo.toml", "test-programs/hostile", "wit", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
 

@@ -19,6 +19,10 @@ mod text;
 #[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
 mod component;
 
+#[cfg(target_arch = "wasm32")]
+#[expect(unsafe_code, reason = "an allocator hands out raw memory")]
+mod alloc;
+
 pub use error::{Error, ErrorCode};
 pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
 

@@ -64,3 +64,29 @@ fn golden_plans_match_through_the_component() {
     }
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
+
+/// The component's shadow stack is 256 KiB (`guest/build.rs`): JSON nested as deep as
+/// serde_json parses (128), and deeper, is bad input with a clear error, never a trap.
+#[test]
+fn deeply_nested_json_is_invalid_input_not_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
+    for depth in [120, 127, 1_000, 100_000] {
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
+        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };
+        let session = Session {
+            app: app.clone(),
+            caller: caller.clone(),
+            db: app.db.get().unwrap(),
+            source: Source::Snapshot(Box::new(Snapshot::empty(fleet_guest::Caller {
+                tenant: caller.tenant,
+                principal: caller.principal,
+            }))),
+            composite: false,
+        };
+        let (_, result) = app.sandbox.call(session, Entry::Plan, &request);
+        let error = result.unwrap_err();
+        assert_eq!(error.code, Code::InvalidArgument, "depth {depth}: {error}");
+    }
+}
