@@ -43,6 +43,27 @@ struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Repeat one figure for `--seconds` and stop, for a profiler to watch
+    /// (`perf record -g -- bench --profile wasm-plan`).
+    #[arg(long, value_enum)]
+    profile: Option<Figure>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Figure {
+    Apply,
+    NativePlan,
+    WasmPlan,
+    Instantiate,
+    SmallPlan,
+}
+
+/// Runs `work` over and over for `seconds`.
+fn repeat<T>(seconds: u64, mut work: impl FnMut() -> T) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        std::hint::black_box(work());
+    }
 }
 
 /// A document of about `objects` objects.
@@ -201,6 +222,9 @@ async fn run(args: Args) -> Result<()> {
     if applied["applied"].as_u64() != Some(objects as u64) {
         bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
     }
+    if args.profile == Some(Figure::Apply) {
+        return Ok(());
+    }
 
     // Native and component planner on the same snapshot.
     let changed = changed(&document);
@@ -210,7 +234,12 @@ async fn run(args: Args) -> Result<()> {
         let (app, caller) = (app.clone(), caller.clone());
         tokio::task::spawn_blocking(move || fleet::state::snapshot(&app, &*app.db.get()?, &caller)).await??
     };
-    let native_plan = time(args.runs, || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len()));
+    let native = || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len());
+    if args.profile == Some(Figure::NativePlan) {
+        repeat(args.seconds, native);
+        return Ok(());
+    }
+    let native_plan = time(args.runs, native);
     let plan_in_sandbox = |source: Snapshot, entry: Entry, request: &str| -> Result<String> {
         let session = Session {
             app: app.clone(),
@@ -225,11 +254,21 @@ async fn run(args: Args) -> Result<()> {
     if plan_in_sandbox(snapshot.clone(), Entry::Plan, &request)? != native_output {
         bail!("the component's plan differs from the native plan");
     }
-    let wasm_plan = time(args.runs, || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request));
+    let wasm = || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request);
+    if args.profile == Some(Figure::WasmPlan) {
+        repeat(args.seconds, wasm);
+        return Ok(());
+    }
+    let wasm_plan = time(args.runs, wasm);
 
     // Instantiate + an (almost) empty call: export of an empty estate.
     let empty = Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into() });
-    let instantiate = time(2001, || plan_in_sandbox(empty.clone(), Entry::Export, "{}"));
+    let empty_call = || plan_in_sandbox(empty.clone(), Entry::Export, "{}");
+    if args.profile == Some(Figure::Instantiate) {
+        repeat(args.seconds, empty_call);
+        return Ok(());
+    }
+    let instantiate = time(2001, empty_call);
 
     // Over HTTP, against the database.
     let mut samples = Vec::new();
@@ -276,6 +315,9 @@ async fn run(args: Args) -> Result<()> {
         args.seconds,
     )
     .await?;
+    if args.profile == Some(Figure::SmallPlan) {
+        return Ok(());
+    }
     let hello_rps = throughput(hello_server().await?, None, String::new(), args.connections, args.seconds).await?;
 
     let _ = stop.send(());
