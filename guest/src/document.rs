@@ -116,7 +116,13 @@ pub(crate) fn pointer(tokens: &[&str]) -> String {
     let mut path = String::new();
     for token in tokens {
         path.push('/');
-        path.push_str(&token.replace('~', "~0").replace('/', "~1"));
+        for character in token.chars() {
+            match character {
+                '~' => path.push_str("~0"),
+                '/' => path.push_str("~1"),
+                _ => path.push(character),
+            }
+        }
     }
     path
 }
@@ -169,17 +175,11 @@ fn parse_json(request: &str) -> Result<Map<String, Json>, Error> {
     }
 }
 
-fn sorted_keys(map: &Map<String, Json>) -> Vec<&String> {
-    let mut keys: Vec<&String> = map.keys().collect();
-    keys.sort();
-    keys
-}
-
 /// Parses an export request: `{}` (or empty text), nothing else.
 pub(crate) fn parse_export(request: &str) -> Result<(), Error> {
     let map = parse_json(request)?;
     let mut problems = Problems::default();
-    for key in sorted_keys(&map) {
+    for key in map.keys() {
         problems.push(pointer(&[key]), "unknown field; export takes no input");
     }
     problems.into_result()
@@ -192,8 +192,7 @@ pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(Plan
     let map = parse_json(request)?;
     let mut problems = Problems::default();
     let mut parsed = PlanRequest { document: Document::default(), prune: false, plan_hash: None };
-    for key in sorted_keys(&map) {
-        let value = &map[key.as_str()];
+    for (key, value) in &map {
         match key.as_str() {
             "document" => match value {
                 Json::Object(document) => parsed.document = parse_document(document, &mut problems),
@@ -218,19 +217,19 @@ pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(Plan
 
 fn parse_document(document: &Map<String, Json>, problems: &mut Problems) -> Document {
     let mut parsed = Document::default();
-    for section in sorted_keys(document) {
+    for (section, objects) in document {
         let Some(kind) = Kind::from_section(section) else {
             let sections: Vec<&str> = Kind::ALL.iter().map(|kind| kind.section()).collect();
             problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
             continue;
         };
-        let Json::Object(objects) = &document[section.as_str()] else {
+        let Json::Object(objects) = objects else {
             problems.push(pointer(&[section]), "a section must be an object of objects by key");
             continue;
         };
-        for key in sorted_keys(objects) {
+        for (key, object) in objects {
             let key_is_valid = check_key(kind, key, problems);
-            let values = parse_object(kind, key, &objects[key.as_str()], problems);
+            let values = parse_object(kind, key, object, problems);
             if let (true, Some(values)) = (key_is_valid, values) {
                 parsed.sections[kind.index()].insert(key.clone(), values);
             }
@@ -269,19 +268,19 @@ fn parse_object(kind: Kind, key: &str, object: &Json, problems: &mut Problems) -
     let specs = schema::fields(kind);
     let mut values: Vec<Value> = specs.iter().map(|spec| Value::default_of(spec.ty)).collect();
     let mut valid = true;
-    for field in sorted_keys(object) {
-        let path = pointer(&[kind.section(), key, field]);
+    for (field, value) in object {
+        let path = || pointer(&[kind.section(), key, field]);
         let Some(position) = schema::position(kind, field) else {
             if schema::READ_ONLY.contains(&field.as_str()) {
-                problems.push(path, "is set by the server and is never part of a FleetConfig");
+                problems.push(path(), "is set by the server and is never part of a FleetConfig");
             } else {
                 let names: Vec<&str> = specs.iter().map(|spec| spec.name).collect();
-                problems.push(path, format!("unknown field; {} has {}", a(kind), names.join(", ")));
+                problems.push(path(), format!("unknown field; {} has {}", a(kind), names.join(", ")));
             }
             valid = false;
             continue;
         };
-        match parse_value(specs[position].ty, &object[field.as_str()], &path, problems) {
+        match parse_value(specs[position].ty, value, path, problems) {
             Some(value) => values[position] = value,
             None => valid = false,
         }
@@ -293,9 +292,10 @@ fn parse_object(kind: Kind, key: &str, object: &Json, problems: &mut Problems) -
     valid.then_some(values)
 }
 
-fn parse_value(ty: FieldType, value: &Json, path: &str, problems: &mut Problems) -> Option<Value> {
+/// Parses one field's value; `path` makes its JSON pointer, needed only for a problem.
+fn parse_value(ty: FieldType, value: &Json, path: impl Fn() -> String, problems: &mut Problems) -> Option<Value> {
     let mut fail = |message: String| {
-        problems.push(path.to_owned(), message);
+        problems.push(path(), message);
         None
     };
     match (ty, value) {
@@ -307,13 +307,13 @@ fn parse_value(ty: FieldType, value: &Json, path: &str, problems: &mut Problems)
         (FieldType::Map, Json::Object(map)) => {
             let mut parsed = BTreeMap::new();
             let mut valid = true;
-            for entry in sorted_keys(map) {
-                match &map[entry.as_str()] {
+            for (entry, value) in map {
+                match value {
                     Json::String(text) => {
                         parsed.insert(entry.clone(), text.clone());
                     }
                     _ => {
-                        problems.push(format!("{path}{}", pointer(&[entry])), "must be a string");
+                        problems.push(format!("{}{}", path(), pointer(&[entry])), "must be a string");
                         valid = false;
                     }
                 }
