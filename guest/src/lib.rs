@@ -23,6 +23,10 @@ mod component;
 #[expect(unsafe_code, reason = "an allocator hands out raw memory")]
 mod alloc;
 
+#[cfg_attr(target_arch = "wasm32", expect(unsafe_code, reason = "C's memcmp reads raw memory"))]
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code, reason = "only the component links it; tests check it"))]
+mod memcmp;
+
 pub use error::{Error, ErrorCode};
 pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
 
