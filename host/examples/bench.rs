@@ -153,6 +153,42 @@ async fn throughput(url: String, token: Option<String>, body: String, connection
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
+/// A small plan over HTTP: the demo estate, applied to a tenant of its own, planned with
+/// a change. Returns the p50 latency and the throughput with `--connections` clients.
+async fn small_plan(base: &str, token: &str, args: &Args) -> Result<(Duration, f64)> {
+    let http = reqwest::Client::new();
+    let small_document = fleet::demo::document();
+    let small_applied = http
+        .post(format!("{base}/api/compute/fleet/apply"))
+        .bearer_auth(token)
+        .json(&json!({"document": small_document}))
+        .send()
+        .await?;
+    if !small_applied.status().is_success() {
+        bail!("applying the small estate failed: {}", small_applied.text().await?);
+    }
+    let mut small_changed = small_document.clone();
+    small_changed["pools"]["gpu-a"]["gpus"] = json!(72);
+    let small = json!({"document": small_changed}).to_string();
+    let mut samples = Vec::new();
+    for _ in 0..50 {
+        let started = Instant::now();
+        let response =
+            http.post(format!("{base}/api/compute/fleet/plan")).bearer_auth(token).body(small.clone()).send().await?;
+        response.bytes().await?;
+        samples.push(started.elapsed());
+    }
+    let rps = throughput(
+        format!("{base}/api/compute/fleet/plan"),
+        Some(token.to_owned()),
+        small,
+        args.connections,
+        args.seconds,
+    )
+    .await?;
+    Ok((median(samples), rps))
+}
+
 /// A bare hyper handler: the ceiling for requests per second on this machine.
 async fn hello_server() -> Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -222,8 +258,10 @@ async fn run(args: Args) -> Result<()> {
     if applied["applied"].as_u64() != Some(objects as u64) {
         bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
     }
-    if args.profile == Some(Figure::Apply) {
-        return Ok(());
+    match args.profile {
+        Some(Figure::Apply) => return Ok(()),
+        Some(Figure::SmallPlan) => return small_plan(&base, &small_token, &args).await.map(drop),
+        _ => {}
     }
 
     // Native and component planner on the same snapshot.
@@ -280,44 +318,7 @@ async fn run(args: Args) -> Result<()> {
     }
     let http_plan = median(samples);
 
-    // A small plan: the demo estate, applied to a tenant of its own, planned with a change.
-    let small_document = fleet::demo::document();
-    let small_applied = http
-        .post(format!("{base}/api/compute/fleet/apply"))
-        .bearer_auth(&small_token)
-        .json(&json!({"document": small_document}))
-        .send()
-        .await?;
-    if !small_applied.status().is_success() {
-        bail!("applying the small estate failed: {}", small_applied.text().await?);
-    }
-    let mut small_changed = small_document.clone();
-    small_changed["pools"]["gpu-a"]["gpus"] = json!(72);
-    let small = json!({"document": small_changed}).to_string();
-    let mut samples = Vec::new();
-    for _ in 0..50 {
-        let started = Instant::now();
-        let response = http
-            .post(format!("{base}/api/compute/fleet/plan"))
-            .bearer_auth(&small_token)
-            .body(small.clone())
-            .send()
-            .await?;
-        response.bytes().await?;
-        samples.push(started.elapsed());
-    }
-    let small_plan = median(samples);
-    let small_rps = throughput(
-        format!("{base}/api/compute/fleet/plan"),
-        Some(small_token.clone()),
-        small,
-        args.connections,
-        args.seconds,
-    )
-    .await?;
-    if args.profile == Some(Figure::SmallPlan) {
-        return Ok(());
-    }
+    let (small_plan, small_rps) = small_plan(&base, &small_token, &args).await?;
     let hello_rps = throughput(hello_server().await?, None, String::new(), args.connections, args.seconds).await?;
 
     let _ = stop.send(());
