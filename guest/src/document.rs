@@ -24,49 +24,61 @@ impl Document {
         &self.sections[kind.index()]
     }
 
-    /// The document with only the sections of `kinds`, every object with every field:
-    /// what export returns (the modules that run) and what the plan hash covers (all).
+    /// The document with only the sections of `kinds`, every object with every field in
+    /// schema order: what export returns (the modules that run).
     pub(crate) fn filled(&self, kinds: Vec<Kind>) -> FilledDocument<'_> {
-        FilledDocument { document: self, kinds }
+        let orders = kinds.iter().map(|&kind| (0..schema::fields(kind).len()).collect()).collect();
+        FilledDocument { document: self, kinds, orders }
+    }
+
+    /// The whole document filled in, sections and fields in canonical (sorted) order:
+    /// what the plan hash covers, streamed without a JSON tree.
+    pub(crate) fn canonical(&self) -> FilledDocument<'_> {
+        let mut kinds = Kind::ALL.to_vec();
+        kinds.sort_by_key(|kind| kind.section());
+        let orders = kinds.iter().map(|&kind| schema::alphabetical(kind)).collect();
+        FilledDocument { document: self, kinds, orders }
     }
 }
 
 pub(crate) struct FilledDocument<'a> {
     document: &'a Document,
     kinds: Vec<Kind>,
+    /// Per kind, the positions of its fields in the order they are written.
+    orders: Vec<Vec<usize>>,
 }
 
 impl Serialize for FilledDocument<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(
-            self.kinds.iter().map(|&kind| (kind.section(), FilledSection { kind, document: self.document })),
-        )
+        serializer.collect_map(self.kinds.iter().zip(&self.orders).map(|(&kind, order)| {
+            (kind.section(), FilledSection { specs: schema::fields(kind), order, objects: self.document.section(kind) })
+        }))
     }
 }
 
 struct FilledSection<'a> {
-    kind: Kind,
-    document: &'a Document,
+    specs: &'static [schema::FieldSpec],
+    order: &'a [usize],
+    objects: &'a BTreeMap<String, Vec<Value>>,
 }
 
 impl Serialize for FilledSection<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let specs = schema::fields(self.kind);
-        serializer.collect_map(
-            self.document.section(self.kind).iter().map(|(key, values)| (key, FilledObject { specs, values })),
-        )
+        let (specs, order) = (self.specs, self.order);
+        serializer.collect_map(self.objects.iter().map(|(key, values)| (key, FilledObject { specs, order, values })))
     }
 }
 
-/// One object with every field, in schema order.
+/// One object with every field, in the order given.
 struct FilledObject<'a> {
     specs: &'static [schema::FieldSpec],
+    order: &'a [usize],
     values: &'a [Value],
 }
 
 impl Serialize for FilledObject<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.specs.iter().zip(self.values).map(|(spec, value)| (spec.name, value)))
+        serializer.collect_map(self.order.iter().map(|&position| (self.specs[position].name, &self.values[position])))
     }
 }
 

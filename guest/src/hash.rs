@@ -26,14 +26,20 @@ pub(crate) fn idempotency_key(caller: &Caller, kind: Kind, key: &str) -> String 
     format!("fleet:{}:{}:{key}", caller.tenant, kind.name())
 }
 
-/// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`, streamed into
-/// the hasher.
+/// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`.
+///
+/// A value that serializes its members in canonical order (the plan's does) is streamed
+/// straight into the hasher, its order checked on the way; any other value, or one with
+/// a fractional number, is hashed through a JSON tree, sorted.
 pub(crate) fn plan_hash<T: Serialize>(value: &T) -> Result<String, Error> {
     let failed =
         |error: &dyn std::fmt::Display| Error::new(ErrorCode::Internal, format!("the plan cannot be hashed: {error}"));
-    let value = serde_json::to_value(value).map_err(|error| failed(&error))?;
     let mut hasher = Sha256::new();
-    canonical(&value, &mut HashWriter(&mut hasher)).map_err(|error| failed(&error))?;
+    if !write_if_canonical(value, HashWriter(&mut hasher)).map_err(|error| failed(&error))? {
+        let value = serde_json::to_value(value).map_err(|error| failed(&error))?;
+        hasher = Sha256::new();
+        canonical(&value, &mut HashWriter(&mut hasher)).map_err(|error| failed(&error))?;
+    }
     let digest = hasher.finalize();
     let mut hash = String::with_capacity(7 + 64);
     hash.push_str("sha256:");
@@ -41,6 +47,17 @@ pub(crate) fn plan_hash<T: Serialize>(value: &T) -> Result<String, Error> {
         hash.push_str(&format!("{byte:02x}"));
     }
     Ok(hash)
+}
+
+/// Writes `value` to `out` if it serializes as canonical JSON as it is (members in
+/// order, no fractions), and says whether it did; what it wrote otherwise is garbage.
+/// `out` must not fail: its errors read as "not canonical".
+pub(crate) fn write_if_canonical<T: Serialize>(value: &T, out: impl std::io::Write) -> Result<bool, serde_json::Error> {
+    match value.serialize(&mut serde_json::Serializer::with_formatter(out, OrderChecked::default())) {
+        Ok(()) => Ok(true),
+        Err(error) if error.is_io() => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
@@ -53,6 +70,110 @@ impl std::io::Write for HashWriter<'_> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// serde_json's compact output, which is JCS for strings and integers, stopped with an
+/// error as soon as an object's members are not in JCS order (strictly ascending UTF-16
+/// code units) or a number is fractional.
+#[derive(Default)]
+struct OrderChecked {
+    /// Per open object: the previous member's name and the one being written.
+    names: Vec<(String, String)>,
+    depth: usize,
+    in_name: bool,
+    first_member: bool,
+}
+
+fn not_canonical() -> std::io::Error {
+    std::io::Error::other("not in canonical order")
+}
+
+impl OrderChecked {
+    fn name(&mut self) -> &mut String {
+        &mut self.names[self.depth - 1].1
+    }
+}
+
+fn utf16_less(left: &str, right: &str) -> bool {
+    if left.is_ascii() && right.is_ascii() {
+        return left < right;
+    }
+    left.encode_utf16().lt(right.encode_utf16())
+}
+
+impl serde_json::ser::Formatter for OrderChecked {
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.depth += 1;
+        if self.names.len() < self.depth {
+            self.names.push(Default::default());
+        }
+        self.first_member = true;
+        writer.write_all(b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.depth -= 1;
+        writer.write_all(b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.in_name = true;
+        self.first_member = first;
+        self.name().clear();
+        if first { Ok(()) } else { writer.write_all(b",") }
+    }
+
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W) -> std::io::Result<()> {
+        self.in_name = false;
+        let (previous, name) = &mut self.names[self.depth - 1];
+        if !self.first_member && !utf16_less(previous, name) {
+            return Err(not_canonical());
+        }
+        std::mem::swap(previous, name);
+        Ok(())
+    }
+
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        if self.in_name {
+            self.name().push_str(fragment);
+        }
+        writer.write_all(fragment.as_bytes())
+    }
+
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        use serde_json::ser::CharEscape;
+        if self.in_name {
+            let character = match escape {
+                CharEscape::Quote => '"',
+                CharEscape::ReverseSolidus => '\\',
+                CharEscape::Solidus => '/',
+                CharEscape::Backspace => '\u{8}',
+                CharEscape::FormFeed => '\u{c}',
+                CharEscape::LineFeed => '\n',
+                CharEscape::CarriageReturn => '\r',
+                CharEscape::Tab => '\t',
+                CharEscape::AsciiControl(byte) => char::from(byte),
+            };
+            self.name().push(character);
+        }
+        serde_json::ser::CompactFormatter.write_char_escape(writer, escape)
+    }
+
+    fn write_f32<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W, _value: f32) -> std::io::Result<()> {
+        Err(not_canonical())
+    }
+
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W, _value: f64) -> std::io::Result<()> {
+        Err(not_canonical())
     }
 }
 
@@ -158,6 +279,39 @@ mod tests {
         let mut ours = Vec::new();
         canonical(&value, &mut ours).unwrap();
         assert_eq!(String::from_utf8(ours).unwrap(), serde_json_canonicalizer::to_string(&value).unwrap());
+    }
+
+    /// Members written out of order, astral names (whose UTF-8 order is not their UTF-16
+    /// order) and fractions all leave the streamed path for the sorted one.
+    #[test]
+    fn plan_hash_streams_only_what_is_already_canonical() {
+        #[derive(Serialize)]
+        struct Unordered {
+            b: u8,
+            a: u8,
+        }
+        let reference = |value: &serde_json::Value| {
+            let text = serde_json_canonicalizer::to_string(value).unwrap();
+            let hex: String = Sha256::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect();
+            format!("sha256:{hex}")
+        };
+        let cases = [
+            serde_json::to_value(Unordered { b: 1, a: 2 }).unwrap(),
+            serde_json::json!({"\u{e000}": 1, "\u{1f600}": 2, "x": {"\u{1f600}": [], "\u{ffff}": 1}}),
+            serde_json::json!({"a": 0.5, "b": [1e21, -0.0]}),
+            serde_json::json!({"a\"b": 1, "a\nb": 2, "a": {"": {}}}),
+        ];
+        assert!(!write_if_canonical(&Unordered { b: 1, a: 2 }, Vec::new()).unwrap());
+        assert_eq!(plan_hash(&Unordered { b: 1, a: 2 }).unwrap(), reference(&cases[0]));
+        for (index, value) in cases.iter().enumerate() {
+            let mut streamed = Vec::new();
+            let canonical = write_if_canonical(value, &mut streamed).unwrap();
+            assert_eq!(canonical, index == 0 || index == 3, "{value}");
+            if canonical {
+                assert_eq!(String::from_utf8(streamed).unwrap(), serde_json_canonicalizer::to_string(value).unwrap());
+            }
+            assert_eq!(plan_hash(value).unwrap(), reference(value), "{value}");
+        }
     }
 
     #[test]

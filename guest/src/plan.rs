@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::document::{PlanRequest, Problems, id_kind, pointer};
 use crate::estate::{Current, Estate};
@@ -104,13 +104,68 @@ pub(crate) struct Plan {
     pub(crate) plan_hash: String,
 }
 
-/// What the plan hash covers.
+/// What the plan hash covers, every object's members in canonical (sorted) order so
+/// that the hash streams without a JSON tree (`hash::plan_hash` checks the order).
 #[derive(Serialize)]
 struct Hashed<'a> {
+    #[serde(serialize_with = "canonical_blocked")]
+    blocked: &'a [Blocked],
+    #[serde(serialize_with = "canonical_calls")]
+    calls: &'a [Call],
     document: crate::document::FilledDocument<'a>,
     prune: bool,
-    calls: &'a [Call],
-    blocked: &'a [Blocked],
+}
+
+fn canonical_blocked<S: Serializer>(blocked: &&[Blocked], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(blocked.iter().map(|blocked| {
+        let Blocked { kind, key, field, reason } = blocked;
+        CanonicalMap([
+            ("field", field.map(Member::Text)),
+            ("key", Some(Member::Text(key))),
+            ("kind", Some(Member::Text(kind.name()))),
+            ("reason", Some(Member::Text(reason))),
+        ])
+    }))
+}
+
+fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(calls.iter().map(|call| {
+        let Call { method, input, idempotency_key } = call;
+        CanonicalMap([
+            ("idempotencyKey", idempotency_key.as_deref().map(Member::Text)),
+            ("input", Some(Member::Fields(input))),
+            ("method", Some(Member::Text(method))),
+        ])
+    }))
+}
+
+/// An object of members given in sorted order; absent ones are left out.
+struct CanonicalMap<'a, const N: usize>([(&'static str, Option<Member<'a>>); N]);
+
+enum Member<'a> {
+    Text(&'a str),
+    /// Written with its fields sorted by name.
+    Fields(&'a Fields),
+}
+
+impl<const N: usize> Serialize for CanonicalMap<'_, N> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let members = self.0.iter().filter_map(|(name, member)| member.as_ref().map(|member| (*name, member)));
+        serializer.collect_map(members)
+    }
+}
+
+impl Serialize for Member<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Member::Text(text) => serializer.serialize_str(text),
+            Member::Fields(fields) => {
+                let mut sorted: Vec<&(&str, Value)> = fields.0.iter().collect();
+                sorted.sort_by_key(|(name, _)| *name);
+                serializer.collect_map(sorted.into_iter().map(|(name, value)| (name, value)))
+            }
+        }
+    }
 }
 
 /// What a document key names.
@@ -184,13 +239,19 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
     }
     let mut plan = planner.plan;
     plan.summary.blocked = plan.blocked.len();
-    plan.plan_hash = hash::plan_hash(&Hashed {
-        document: request.document.filled(Kind::ALL.to_vec()),
-        prune: request.prune,
-        calls: &plan.calls,
-        blocked: &plan.blocked,
-    })?;
+    plan.plan_hash = hash::plan_hash(&Hashed::of(request, &plan))?;
     Ok(plan)
+}
+
+impl<'a> Hashed<'a> {
+    fn of(request: &'a PlanRequest, plan: &'a Plan) -> Hashed<'a> {
+        Hashed {
+            blocked: &plan.blocked,
+            calls: &plan.calls,
+            document: request.document.canonical(),
+            prune: request.prune,
+        }
+    }
 }
 
 impl<'a> Planner<'a> {
@@ -547,6 +608,23 @@ mod tests {
             "bindings": [{"kind": "pool", "name": "old", "id": POOL}]
         }))
         .unwrap()
+    }
+
+    /// Every golden case's plan is hashed on the streamed path, not through a JSON tree.
+    #[test]
+    fn plans_hash_without_a_json_tree() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plans");
+        let mut planned = 0;
+        for case in std::fs::read_dir(root).unwrap() {
+            let case = case.unwrap().path();
+            let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap();
+            let snapshot: Snapshot = serde_json::from_str(&read("state.json")).unwrap();
+            let Ok((request, problems)) = parse_plan(&read("request.json"), false) else { continue };
+            let Ok(plan) = plan(&Estate::new(snapshot), &request, problems) else { continue };
+            assert!(hash::write_if_canonical(&Hashed::of(&request, &plan), std::io::sink()).unwrap(), "{case:?}");
+            planned += 1;
+        }
+        assert!(planned >= 15, "{planned} golden cases plan");
     }
 
     fn plan_of(snapshot: Snapshot, document: serde_json::Value, prune: bool) -> Plan {
