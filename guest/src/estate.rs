@@ -1,7 +1,7 @@
 //! The tenant's state indexed for planning: objects by kind and id (owner for quotas),
 //! name bindings both ways, and the modules this deployment runs.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 
 use crate::schema::Value;
@@ -146,7 +146,7 @@ impl Estate {
         }
         for kind in Kind::ALL {
             let index = kind.index();
-            let mut id_to_name: HashMap<String, String> = HashMap::new();
+            let mut id_to_name: HashMap<String, String> = HashMap::default();
             for (name, id) in &estate.name_to_id[index] {
                 match id_to_name.entry(id.clone()) {
                     Entry::Vacant(entry) => {

@@ -1,7 +1,7 @@
 //! The plan (SPEC §6.2): resolving a document's keys and references against the state,
 //! diffing, blocking, pruning, ordering the changes and calls, and hashing the result.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::{Serialize, Serializer};
 
@@ -260,7 +260,7 @@ impl<'a> Planner<'a> {
         let estate = self.estate;
         for kind in Kind::ALL {
             let index = kind.index();
-            let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::new();
+            let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::default();
             for (key, values) in request.document.section(kind) {
                 let key = key.as_str();
                 let target = if kind == Kind::OwnerQuota {
@@ -537,10 +537,10 @@ impl<'a> Planner<'a> {
     /// (with their new account), and live pools of the state the plan does not archive.
     fn accounts_used_after_plan(&self) -> HashSet<String> {
         let Some(account_at) = schema::position(Kind::Pool, "account") else {
-            return HashSet::new();
+            return HashSet::default();
         };
         let pools = Kind::Pool.index();
-        let mut used: HashSet<String> = HashSet::new();
+        let mut used: HashSet<String> = HashSet::default();
         for entry in &self.entries[pools] {
             let current = match &entry.target {
                 Target::Existing(current) => Some(current.values[account_at].as_text()),
