@@ -297,13 +297,13 @@ impl<'a> Planner<'a> {
 
     /// The id a reference resolves to: an object of the document, else a live object
     /// of the state by bound name or id, else the current reference when unchanged.
-    fn resolve(&self, kind: Kind, text: &str, current: Option<&str>) -> Option<String> {
+    fn resolve<'s>(&'s self, kind: Kind, text: &'s str, current: Option<&'s str>) -> Option<&'s str> {
         let index = kind.index();
         if let Some(id) = self.ids_by_key[index].get(text) {
-            return Some(id.clone());
+            return Some(id);
         }
         if self.keys_by_id[index].contains_key(text) {
-            return Some(text.to_owned());
+            return Some(text);
         }
         let named = match self.estate.bound(kind, text) {
             Some(id) => Some(id),
@@ -312,10 +312,10 @@ impl<'a> Planner<'a> {
         if let Some(id) = named {
             let live = self.estate.get(kind, id).is_some_and(|object| !object.archived);
             if live || current == Some(id) {
-                return Some(id.to_owned());
+                return Some(id);
             }
         }
-        (current == Some(text)).then(|| text.to_owned())
+        (current == Some(text)).then_some(text)
     }
 
     fn plan_entry(&mut self, kind: Kind, position: usize) {
@@ -328,10 +328,10 @@ impl<'a> Planner<'a> {
             Target::Existing(current) => Some(*current),
             Target::Create(_) | Target::UnknownId => None,
         };
-        let id = entry.id().map(str::to_owned);
+        let id = || entry.id().map(str::to_owned);
 
         // References resolved to ids; `None` for other fields and unknown references.
-        let mut resolved: Vec<Option<String>> = vec![None; specs.len()];
+        let mut resolved: Vec<Option<&str>> = vec![None; specs.len()];
         let mut reasons: Vec<(Option<&'static str>, String)> = Vec::new();
         if unknown_id {
             reasons.push((None, format!("no {} with id {key}", kind.name())));
@@ -357,19 +357,19 @@ impl<'a> Planner<'a> {
             match current {
                 None => fields.push(FieldChange { field: spec.name, from: None, to: values[index].clone() }),
                 Some(current) => {
-                    let (differs, from) = match spec.ty {
-                        FieldType::Ref(target) => {
-                            let current_id = current.values[index].as_text();
-                            (
-                                resolved[index].as_deref() != Some(current_id),
-                                Value::Text(estate.key_of(target, current_id).to_owned()),
-                            )
-                        }
-                        _ => (values[index] != current.values[index], current.values[index].clone()),
+                    let differs = match spec.ty {
+                        FieldType::Ref(_) => resolved[index] != Some(current.values[index].as_text()),
+                        _ => values[index] != current.values[index],
                     };
                     if !differs {
                         continue;
                     }
+                    let from = match spec.ty {
+                        FieldType::Ref(target) => {
+                            Value::Text(estate.key_of(target, current.values[index].as_text()).to_owned())
+                        }
+                        _ => current.values[index].clone(),
+                    };
                     if kind == Kind::Site {
                         let reason = format!(
                             "sites are never changed by fleet ({} {} -> {})",
@@ -398,7 +398,6 @@ impl<'a> Planner<'a> {
         // Key problems first, then by field name like `fields`; stable within a field.
         reasons.sort_by_key(|(field, _)| *field);
 
-        let summary = &mut self.plan.summary;
         if !reasons.is_empty() {
             let action = match current {
                 None => Action::Create,
@@ -406,7 +405,7 @@ impl<'a> Planner<'a> {
                 Some(_) => Action::Update,
             };
             let text = text::blocked(kind, key, reasons.iter().map(|(_, reason)| reason.as_str()));
-            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id, fields, text });
+            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id: id(), fields, text });
             self.plan.blocked.extend(reasons.into_iter().map(|(field, reason)| Blocked {
                 kind,
                 key: key.to_owned(),
@@ -416,14 +415,15 @@ impl<'a> Planner<'a> {
             return;
         }
 
-        let resolved_value = |index: usize| match &resolved[index] {
-            Some(id) => Value::Text(id.clone()),
+        let resolved_value = |index: usize| match resolved[index] {
+            Some(id) => Value::Text(id.to_owned()),
             None => values[index].clone(),
         };
+        let id = id();
         let Some(current) = current else {
-            summary.create += 1;
             let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
             input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+            self.plan.summary.create += 1;
             let text = text::create(kind, key, values);
             self.plan.changes.push(Change { action: Action::Create, kind, key: key.to_owned(), id, fields, text });
             let idempotency_key = kind.id_prefix().map(|_| hash::idempotency_key(&estate.caller, kind, key));
@@ -432,8 +432,19 @@ impl<'a> Planner<'a> {
             return;
         };
 
+        // The update's input, while the resolved references are at hand.
+        let update = (!changed.is_empty()).then(|| {
+            let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
+            if kind == Kind::OwnerQuota {
+                input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+            } else {
+                changed.sort_unstable();
+                input.0.extend(changed.iter().map(|&index| (specs[index].name, resolved_value(index))));
+            }
+            input
+        });
         if current.archived {
-            summary.restore += 1;
+            self.plan.summary.restore += 1;
             let text = text::restore(kind, key);
             self.plan.changes.push(Change {
                 action: Action::Restore,
@@ -445,20 +456,13 @@ impl<'a> Planner<'a> {
             });
             self.plan.calls.push(removal_call(kind, "restore", &current.id));
         }
-        if changed.is_empty() {
+        let Some(input) = update else {
             if !current.archived {
-                summary.unchanged += 1;
+                self.plan.summary.unchanged += 1;
             }
             return;
-        }
-        summary.update += 1;
-        let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
-        if kind == Kind::OwnerQuota {
-            input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
-        } else {
-            changed.sort_unstable();
-            input.0.extend(changed.iter().map(|&index| (specs[index].name, resolved_value(index))));
-        }
+        };
+        self.plan.summary.update += 1;
         let text = text::update(
             kind,
             key,
@@ -474,7 +478,7 @@ impl<'a> Planner<'a> {
     fn check_offer_owner(
         &self,
         values: &[Value],
-        resolved: &[Option<String>],
+        resolved: &[Option<&str>],
         reasons: &mut Vec<(Option<&'static str>, String)>,
     ) {
         let (Some(pool_at), Some(to_at), Some(owner_at)) = (
@@ -484,7 +488,7 @@ impl<'a> Planner<'a> {
         ) else {
             return;
         };
-        let Some(pool_id) = resolved[pool_at].as_deref() else {
+        let Some(pool_id) = resolved[pool_at] else {
             return;
         };
         let pools = Kind::Pool.index();
@@ -547,7 +551,7 @@ impl<'a> Planner<'a> {
                 Target::Create(_) | Target::UnknownId => None,
             };
             if let Some(id) = self.resolve(Kind::ProviderAccount, entry.values[account_at].as_text(), current) {
-                used.insert(id);
+                used.insert(id.to_owned());
             }
         }
         // `prune` runs only with prune on, so every live pool the document leaves out is
