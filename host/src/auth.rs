@@ -84,9 +84,8 @@ pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Call
         .filter(|token| !token.is_empty())
         .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
     let row: Option<(String, String, String)> = db
-        .query_row("SELECT tenant, principal, grants FROM tokens WHERE token_hash = ?1", [hash_token(token)], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-        })
+        .prepare_cached("SELECT tenant, principal, grants FROM tokens WHERE token_hash = ?1")?
+        .query_row([hash_token(token)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .optional()?;
     let (tenant, principal, grants) = row.ok_or_else(|| unauthenticated("unknown token"))?;
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;

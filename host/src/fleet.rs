@@ -142,7 +142,7 @@ pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, reque
     db::begin(&db, db::Tx::Read)?;
     let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: false };
     let (session, result) = app.sandbox.call(session, entry, request);
-    session.db.execute_batch("COMMIT")?;
+    db::commit(&session.db)?;
     result
 }
 
@@ -209,12 +209,12 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     });
     match recorded {
         Ok(output) => {
-            session.db.execute_batch("COMMIT")?;
+            db::commit(&session.db)?;
             let _ = app.events.send(());
             Ok(output)
         }
         Err(error) => {
-            if let Err(rollback) = session.db.execute_batch("ROLLBACK") {
+            if let Err(rollback) = db::rollback(&session.db) {
                 tracing::error!(%rollback, "rollback of an apply failed");
             }
             Err(error)

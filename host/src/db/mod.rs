@@ -33,7 +33,27 @@ fn configure(db: &mut Connection) -> rusqlite::Result<()> {
     db.pragma_update(None, "journal_mode", "WAL")?;
     db.pragma_update(None, "synchronous", "NORMAL")?;
     db.pragma_update(None, "foreign_keys", true)?;
+    // Every request's statements (transactions, the token, eight state tables, the
+    // module handlers) stay prepared.
+    db.set_prepared_statement_cache_capacity(128);
     Ok(())
+}
+
+/// Runs a statement without parameters or rows (`BEGIN`, `COMMIT`, ...), prepared once
+/// per connection rather than parsed on every request.
+fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
+    db.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// Commits the transaction [`begin`] opened.
+pub fn commit(db: &Connection) -> rusqlite::Result<()> {
+    run(db, "COMMIT")
+}
+
+/// Rolls back the transaction [`begin`] opened.
+pub fn rollback(db: &Connection) -> rusqlite::Result<()> {
+    run(db, "ROLLBACK")
 }
 
 /// How a transaction begins: readers take a consistent snapshot, writers take the
@@ -51,12 +71,15 @@ pub enum Tx {
 pub fn begin(db: &Connection, mode: Tx) -> Result<(), ApiError> {
     if !db.is_autocommit() {
         tracing::warn!("a pooled connection still had a transaction open; rolling it back");
-        db.execute_batch("ROLLBACK")?;
+        rollback(db)?;
     }
-    db.execute_batch(match mode {
-        Tx::Read => "BEGIN DEFERRED",
-        Tx::Write => "BEGIN IMMEDIATE",
-    })?;
+    run(
+        db,
+        match mode {
+            Tx::Read => "BEGIN DEFERRED",
+            Tx::Write => "BEGIN IMMEDIATE",
+        },
+    )?;
     Ok(())
 }
 
@@ -69,8 +92,8 @@ pub fn transaction<T>(
     begin(db, mode)?;
     match work(db) {
         Ok(value) => {
-            if let Err(error) = db.execute_batch("COMMIT") {
-                if let Err(rollback) = db.execute_batch("ROLLBACK") {
+            if let Err(error) = commit(db) {
+                if let Err(rollback) = rollback(db) {
                     tracing::error!(%rollback, "rollback after a failed commit failed");
                 }
                 return Err(error.into());
@@ -78,7 +101,7 @@ pub fn transaction<T>(
             Ok(value)
         }
         Err(error) => {
-            if let Err(rollback) = db.execute_batch("ROLLBACK") {
+            if let Err(rollback) = rollback(db) {
                 tracing::error!(%rollback, "rollback failed");
             }
             Err(error)
