@@ -299,8 +299,7 @@ async fn run(args: Args) -> Result<()> {
     // The native planner borrows the snapshot; the sandbox takes one of its own, copied
     // before the clock starts.
     let mut copies: Vec<Snapshot> = (0..args.runs).map(|_| snapshot.clone()).collect();
-    let wasm_plan =
-        time(args.runs, || plan_in_sandbox(copies.pop().expect("a copy per run"), Entry::Plan, &request));
+    let wasm_plan = time(args.runs, || plan_in_sandbox(copies.pop().expect("a copy per run"), Entry::Plan, &request));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
     let empty = Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into() });
