@@ -1,8 +1,10 @@
 //! The planner's golden cases (`guest/tests/plans/*`) run through the component in
 //! this host's sandbox: the component must answer exactly what the native build
-//! answers, byte for byte, and what the case expects.
+//! answers, byte for byte, and what the case expects. Also the planner's own limits:
+//! its stack and its allocator at the memory budget.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use fleet_guest::Snapshot;
 use serde_json::Value;
@@ -89,4 +91,30 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
         let error = result.unwrap_err();
         assert_eq!(error.code, Code::InvalidArgument, "depth {depth}: {error}");
     }
+}
+
+/// The planner's own allocator gives up cleanly at the memory budget: a document too
+/// large for it ends the request with RESOURCE_EXHAUSTED, and the sandbox plans on.
+#[test]
+fn the_planner_runs_out_of_memory_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
+    let budget = Budget { cpu: Duration::from_secs(30), memory_bytes: 4 << 20 };
+    let sandbox = Sandbox::new(PLANNER, budget, app.config.cache_dir.as_deref()).unwrap();
+    let plan = |document: Value| {
+        let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into() };
+        let session = Session {
+            app: app.clone(),
+            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() },
+            db: app.db.get().unwrap(),
+            source: Source::Snapshot(Box::new(Snapshot::empty(caller))),
+            composite: false,
+        };
+        sandbox.call(session, Entry::Plan, &serde_json::json!({ "document": document }).to_string()).1
+    };
+    let error = plan(crate::demo::large_document(3_000)).unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(error.message.contains("memory"), "{error}");
+    let small = plan(crate::demo::document()).unwrap();
+    assert!(small.contains("planHash"), "{small}");
 }
