@@ -40,13 +40,7 @@ pub(crate) fn plan_hash<T: Serialize>(value: &T) -> Result<String, Error> {
         hasher = Sha256::new();
         canonical(&value, &mut HashWriter(&mut hasher)).map_err(|error| failed(&error))?;
     }
-    let digest = hasher.finalize();
-    let mut hash = String::with_capacity(7 + 64);
-    hash.push_str("sha256:");
-    for byte in digest {
-        hash.push_str(&format!("{byte:02x}"));
-    }
-    Ok(hash)
+    Ok(format!("sha256:{}", data_encoding::HEXLOWER.encode(&hasher.finalize())))
 }
 
 /// Writes `value` to `out` if it serializes as canonical JSON as it is (members in
