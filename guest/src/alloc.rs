@@ -5,7 +5,7 @@
 //! with `memory.grow`, 64 KiB at a time. Every instance of the planner is fresh, so
 //! each request grew its memory from nothing, and each growth past the memory a pooled
 //! slot already exposes costs the host an `mprotect`, and another one to take it back
-//! when the slot is reset: a third of an almost empty call went to those. The arena
+//! when the slot is reset: a quarter of an almost empty call went to those. The arena
 //! lives in `.bss`, so it is part of the memory every instance starts with and small
 //! requests never grow; large ones grow a few times instead of once per 64 KiB.
 
@@ -20,7 +20,7 @@ use talc::cell::TalcSyncCell;
 use talc::source::Source;
 use talc::wasm::WasmBinning;
 
-/// Enough for plans of a few hundred objects.
+/// The heap every instance starts with; requests that need more grow memory.
 const ARENA: usize = 256 << 10;
 /// How much of the arena talc gets at a time: a small request's heap stays in the
 /// pages right after the data, which the host keeps resident between requests.
