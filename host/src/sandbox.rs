@@ -183,9 +183,10 @@ fn engine(budget: Budget) -> anyhow::Result<Engine> {
         .total_memories(MAX_INSTANCES)
         .total_tables(MAX_INSTANCES)
         .max_memory_size(budget.memory_bytes);
-    // Between requests a slot's dirty pages (found with Linux's PAGEMAP_SCAN where the
-    // kernel has it) are reset with memset rather than released, up to this much: the
-    // next request then takes no page faults and no TLB-flushing madvise.
+    // Between requests up to this much of a slot's resident memory (found with Linux's
+    // PAGEMAP_SCAN where the kernel has it, else its lowest pages) is reset with memset
+    // rather than released: the next request takes no page faults there, and no
+    // TLB-flushing madvise.
     pooling
         .pagemap_scan(wasmtime::Enabled::Auto)
         .linear_memory_keep_resident(KEEP_RESIDENT)
