@@ -142,8 +142,7 @@ pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, reque
     db::begin(&db, db::Tx::Read)?;
     let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: false };
     let (session, result) = app.sandbox.call(session, entry, request);
-    db::commit(&session.db)?;
-    result
+    db::finish(&session.db, result)
 }
 
 fn export(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
@@ -207,19 +206,9 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
         record(&session.db, &session.caller, &request, &applied)?;
         Ok(output)
     });
-    match recorded {
-        Ok(output) => {
-            db::commit(&session.db)?;
-            let _ = app.events.send(());
-            Ok(output)
-        }
-        Err(error) => {
-            if let Err(rollback) = db::rollback(&session.db) {
-                tracing::error!(%rollback, "rollback of an apply failed");
-            }
-            Err(error)
-        }
-    }
+    let output = db::finish(&session.db, recorded)?;
+    let _ = app.events.send(());
+    Ok(output)
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document,

@@ -46,13 +46,11 @@ fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Commits the transaction [`begin`] opened.
-pub fn commit(db: &Connection) -> rusqlite::Result<()> {
+fn commit(db: &Connection) -> rusqlite::Result<()> {
     run(db, "COMMIT")
 }
 
-/// Rolls back the transaction [`begin`] opened.
-pub fn rollback(db: &Connection) -> rusqlite::Result<()> {
+fn rollback(db: &Connection) -> rusqlite::Result<()> {
     run(db, "ROLLBACK")
 }
 
@@ -90,7 +88,14 @@ pub fn transaction<T>(
     work: impl FnOnce(&Connection) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
     begin(db, mode)?;
-    match work(db) {
+    let outcome = work(db);
+    finish(db, outcome)
+}
+
+/// Ends the transaction [`begin`] opened as `outcome` says: committed when it is `Ok`,
+/// rolled back otherwise (and when the commit fails).
+pub fn finish<T>(db: &Connection, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
+    match outcome {
         Ok(value) => {
             if let Err(error) = commit(db) {
                 if let Err(rollback) = rollback(db) {
