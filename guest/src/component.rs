@@ -147,7 +147,7 @@ fn from_wit_kind(kind: types::Kind) -> Kind {
     }
 }
 
-const CODES: [(ErrorCode, types::ErrorCode); 12] = [
+const CODES: [(ErrorCode, types::ErrorCode); 13] = [
     (ErrorCode::InvalidArgument, types::ErrorCode::InvalidArgument),
     (ErrorCode::Unauthenticated, types::ErrorCode::Unauthenticated),
     (ErrorCode::PermissionDenied, types::ErrorCode::PermissionDenied),
@@ -159,6 +159,7 @@ const CODES: [(ErrorCode, types::ErrorCode); 12] = [
     (ErrorCode::PayloadTooLarge, types::ErrorCode::PayloadTooLarge),
     (ErrorCode::ResourceExhausted, types::ErrorCode::ResourceExhausted),
     (ErrorCode::Unsupported, types::ErrorCode::Unsupported),
+    (ErrorCode::Unavailable, types::ErrorCode::Unavailable),
     (ErrorCode::Internal, types::ErrorCode::Internal),
 ];
 

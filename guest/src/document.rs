@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
+use crate::error::Problem;
+pub(crate) use crate::json::pointer;
 use crate::schema::{self, FieldType, MAX_NUMBER, Value};
-use crate::{Error, ErrorCode, Kind};
+use crate::{Error, ErrorCode, Kind, json};
 
 /// The pattern of names and owners, as messages print it.
 pub(crate) const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
@@ -90,13 +92,6 @@ pub(crate) struct PlanRequest {
     pub(crate) plan_hash: Option<String>,
 }
 
-/// One validation problem: a JSON pointer and a sentence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Problem {
-    pub(crate) path: String,
-    pub(crate) message: String,
-}
-
 /// Every problem found in a request, reported together as one `INVALID_ARGUMENT`.
 #[derive(Debug, Default)]
 pub(crate) struct Problems(Vec<Problem>);
@@ -123,22 +118,6 @@ impl Problems {
     }
 }
 
-/// A JSON pointer (RFC 6901) to the given reference tokens.
-pub(crate) fn pointer(tokens: &[&str]) -> String {
-    let mut path = String::new();
-    for token in tokens {
-        path.push('/');
-        for character in token.chars() {
-            match character {
-                '~' => path.push_str("~0"),
-                '/' => path.push_str("~1"),
-                _ => path.push(character),
-            }
-        }
-    }
-    path
-}
-
 /// `a pool`, `an offer`.
 pub(crate) fn a(kind: Kind) -> String {
     let article = if kind.name().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
@@ -158,6 +137,12 @@ pub(crate) fn is_name(text: &str) -> bool {
     }
 }
 
+/// Whether `text` has the form of a plan's `planHash`: `sha256:` and 64 lowercase hex digits.
+pub fn is_plan_hash(text: &str) -> bool {
+    text.strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
+}
+
 /// The kind whose well-formed id `text` is (`<prefix>_` + 26 of `[a-z2-7]`), if any.
 pub(crate) fn id_kind(text: &str) -> Option<Kind> {
     let (prefix, rest) = text.split_once('_')?;
@@ -167,15 +152,13 @@ pub(crate) fn id_kind(text: &str) -> Option<Kind> {
     well_formed.then_some(kind)
 }
 
-/// Parses request text; an empty request means `{}`.
+/// Parses request text; an empty request (no bytes at all) means `{}`.
 fn parse_json(request: &str) -> Result<Map<String, Json>, Error> {
-    if request.trim().is_empty() {
+    if request.is_empty() {
         return Ok(Map::new());
     }
-    let value: Json = serde_json::from_str(request).map_err(|error| {
-        let mut problems = Problems::default();
-        problems.push(String::new(), format!("malformed JSON: {error}"));
-        problems.into_result().err().unwrap_or_else(|| Error::new(ErrorCode::InvalidArgument, "malformed JSON"))
+    let value = json::parse(request).map_err(|found| {
+        Problems(found).into_result().err().unwrap_or_else(|| Error::new(ErrorCode::InvalidArgument, "malformed JSON"))
     })?;
     match value {
         Json::Object(map) => Ok(map),
@@ -215,8 +198,11 @@ pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(Plan
                 _ => problems.push(pointer(&["prune"]), "must be a boolean"),
             },
             "planHash" if plan_hash_allowed => match value {
-                Json::String(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
-                _ => problems.push(pointer(&["planHash"]), "must be a string"),
+                Json::String(plan_hash) if is_plan_hash(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
+                _ => problems.push(
+                    pointer(&["planHash"]),
+                    "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it",
+                ),
             },
             _ => problems.push(pointer(&[key]), "unknown field"),
         }
@@ -311,11 +297,10 @@ fn parse_value(ty: FieldType, value: &Json, path: impl Fn() -> String, problems:
         None
     };
     match (ty, value) {
-        (FieldType::Number, Json::Number(number)) => match number.as_u64() {
-            Some(number) if number <= MAX_NUMBER => Some(Value::Number(number)),
-            _ => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
+        (FieldType::Number, value) => match json::count(value) {
+            Some(number) => Some(Value::Number(number)),
+            None => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
         },
-        (FieldType::Number, _) => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
         (FieldType::Map, Json::Object(map)) => {
             let mut parsed = BTreeMap::new();
             let mut valid = true;
@@ -410,10 +395,20 @@ mod tests {
     #[test]
     fn envelope_problems() {
         assert_eq!(paths(r#"{"document": [], "prune": 1, "planHash": "x"}"#), ["/document", "/planHash", "/prune"]);
-        let (request, problems) = parse_plan(r#"{"document": {}, "prune": true, "planHash": "x"}"#, true).unwrap();
+        let hash = format!("sha256:{}", "0f".repeat(32));
+        let request = format!(r#"{{"document": {{}}, "prune": true, "planHash": "{hash}"}}"#);
+        let (request, problems) = parse_plan(&request, true).unwrap();
         assert!(problems.into_result().is_ok());
         assert!(request.prune);
-        assert_eq!(request.plan_hash.as_deref(), Some("x"));
+        assert_eq!(request.plan_hash, Some(hash));
+        for malformed in ["x", "sha256:00", &format!("sha256:{}", "A".repeat(64)), &format!("sha1:{}", "0".repeat(64))]
+        {
+            let request = format!(r#"{{"document": {{}}, "planHash": "{malformed}"}}"#);
+            assert_eq!(
+                parse_plan(&request, true).unwrap().1.into_result().unwrap_err().code,
+                ErrorCode::InvalidArgument
+            );
+        }
     }
 
     #[test]

@@ -15,10 +15,28 @@ pub enum ErrorCode {
     PayloadTooLarge,
     ResourceExhausted,
     Unsupported,
+    Unavailable,
     Internal,
 }
 
 impl ErrorCode {
+    /// Every code, in the order of SPEC §2's table.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::Unauthenticated,
+        ErrorCode::PermissionDenied,
+        ErrorCode::NotFound,
+        ErrorCode::AlreadyExists,
+        ErrorCode::FailedPrecondition,
+        ErrorCode::InvalidState,
+        ErrorCode::ConfigDrift,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::ResourceExhausted,
+        ErrorCode::Unsupported,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+    ];
+
     /// The wire name, e.g. `INVALID_ARGUMENT`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -33,9 +51,18 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
             ErrorCode::Unsupported => "UNSUPPORTED",
+            ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::Internal => "INTERNAL",
         }
     }
+}
+
+/// One problem of an invalid request: the JSON pointer of the offending value and a
+/// sentence about it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
 }
 
 /// An API error as the planner reports it. `details` is a JSON object or absent.

@@ -10,6 +10,7 @@ pub mod error;
 mod estate;
 mod export;
 mod hash;
+pub mod json;
 mod plan;
 mod schema;
 pub mod state;
@@ -27,9 +28,10 @@ mod alloc;
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code, reason = "only the component links it; tests check it"))]
 mod memcmp;
 
-pub use error::{Error, ErrorCode};
+pub use error::{Error, ErrorCode, Problem};
 pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
 
+pub use document::is_plan_hash;
 use estate::Estate;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.

@@ -7,7 +7,7 @@ use crate::Kind;
 use crate::state::StringMap;
 
 /// The largest number every JSON parser and RFC 8785 represent exactly: 2^53 − 1.
-pub(crate) const MAX_NUMBER: u64 = (1 << 53) - 1;
+pub(crate) use crate::json::MAX_COUNT as MAX_NUMBER;
 
 /// What a field holds, and how a document's value of it is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,10 +46,11 @@ fn apply_runs_every_call_with_idempotency_keys_and_then_nothing() {
 fn apply_checks_the_plan_hash() {
     let mut model = Model::new(empty_snapshot());
     let planned = plan_of(&model.state, &json!({"document": document()}));
-    let stale = json!({"document": document(), "planHash": "sha256:00"});
+    let stale_hash = format!("sha256:{}", "0".repeat(64));
+    let stale = json!({"document": document(), "planHash": stale_hash});
     let error = model.apply(&stale.to_string()).expect_err("the hash differs");
     assert_eq!(error.code, ErrorCode::ConfigDrift);
-    assert_eq!(error.details, Some(json!({"expected": "sha256:00", "actual": planned["planHash"]})));
+    assert_eq!(error.details, Some(json!({"expected": stale_hash, "actual": planned["planHash"]})));
     assert!(model.log.is_empty());
 
     let current = json!({"document": document(), "planHash": planned["planHash"]});

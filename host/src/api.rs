@@ -18,6 +18,7 @@ pub fn status(code: Code) -> StatusCode {
         Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
         Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -32,11 +33,7 @@ pub struct ApiError {
 }
 
 /// One problem of an invalid request, with the JSON pointer of the offending value.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Problem {
-    pub path: String,
-    pub message: String,
-}
+pub use fleet_guest::Problem;
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> ApiError {
@@ -91,13 +88,27 @@ impl std::fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 impl From<rusqlite::Error> for ApiError {
+    /// A database still locked by another writer when the busy timeout ran out is a
+    /// passing condition, not a bug: `UNAVAILABLE`, which the server answers with
+    /// `Retry-After` (SPEC §7a).
     fn from(error: rusqlite::Error) -> ApiError {
+        let busy = matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        if busy {
+            tracing::warn!(%error, "the database stayed locked past the busy timeout");
+            return ApiError::new(Code::Unavailable, "the database is busy; try again shortly");
+        }
         ApiError::internal(format_args!("sqlite: {error}"))
     }
 }
 
 impl From<r2d2::Error> for ApiError {
+    /// No pooled connection could be had in time (all in use, or the database cannot be
+    /// opened): the database is unavailable for now.
     fn from(error: r2d2::Error) -> ApiError {
-        ApiError::internal(format_args!("database pool: {error}"))
+        tracing::warn!(%error, "no database connection");
+        ApiError::new(Code::Unavailable, "the database is unavailable; try again shortly")
     }
 }

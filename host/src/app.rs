@@ -9,6 +9,7 @@ use std::time::Duration;
 use fleet_guest::Kind;
 use tokio::sync::broadcast;
 
+use crate::connection::Limits;
 use crate::db::{self, Pool};
 use crate::registry::Registry;
 use crate::sandbox::{self, Budget, Sandbox};
@@ -20,9 +21,14 @@ pub struct Config {
     /// The kinds whose modules this deployment runs.
     pub modules: BTreeSet<Kind>,
     pub drift_interval: Duration,
-    /// An edge deployment: reads only; apply and every other mutation answer UNSUPPORTED.
+    /// Reads only: apply and every other mutation answer UNSUPPORTED, the reconciler does
+    /// not run, and nothing is ever written to the database.
     pub read_only: bool,
     pub body_limit: usize,
+    /// What one client may hold: timeouts and the connection cap (SPEC §7a).
+    pub limits: Limits,
+    /// How long a request waits for another process's write lock.
+    pub busy_timeout: Duration,
     pub budget: Budget,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
@@ -38,6 +44,8 @@ impl Config {
             drift_interval: Duration::from_secs(15 * 60),
             read_only: false,
             body_limit: 16 << 20,
+            limits: Limits::default(),
+            busy_timeout: db::Options::default().busy_timeout,
             budget: Budget::default(),
             cache_dir: None,
             preview_dir: crate::preview::default_dir(),
@@ -65,7 +73,8 @@ pub struct App {
 
 impl App {
     pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
-        let db = db::open(&config.db_path)?;
+        let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
+        let db = db::open_with(&config.db_path, options)?;
         let sandbox = Sandbox::new(sandbox::PLANNER, config.budget, config.cache_dir.as_deref())?;
         let mut registry = Registry::default();
         for module in modules::ALL.into_iter().filter(|module| config.modules.contains(&module.kind)) {

@@ -78,9 +78,11 @@ pub fn hash_token(token: &str) -> String {
 pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Caller, ApiError> {
     let unauthenticated = |message: &str| ApiError::new(Code::Unauthenticated, message);
     let header = authorization.ok_or_else(|| unauthenticated("a bearer token is required"))?;
+    // The scheme is case-insensitive (RFC 7235 §2.1).
     let token = header
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .filter(|token| !token.is_empty())
         .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
     let row: Option<(String, String, String)> = db

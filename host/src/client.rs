@@ -87,11 +87,32 @@ impl Client {
         }
         let error = &value["error"];
         Err(CliError::Api {
-            code: error["code"].as_str().unwrap_or("UNKNOWN").into(),
-            message: error["message"].as_str().unwrap_or_default().into(),
+            code: escape_controls(error["code"].as_str().unwrap_or("UNKNOWN")),
+            message: printable(&error["message"]),
             details: error["details"].clone(),
         })
     }
+}
+
+/// A string value from the server, safe to print on a terminal: control characters
+/// (escape sequences, bells, carriage returns) are shown escaped, as `\u{1b}`.
+fn printable(value: &Value) -> String {
+    escape_controls(value.as_str().unwrap_or_default())
+}
+
+fn escape_controls(text: &str) -> String {
+    if !text.contains(char::is_control) {
+        return text.to_owned();
+    }
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        if character.is_control() {
+            escaped.extend(character.escape_unicode());
+        } else {
+            escaped.push(character);
+        }
+    }
+    escaped
 }
 
 // ---- documents ---------------------------------------------------------------------------
@@ -108,7 +129,16 @@ pub fn read_document(path: &Path) -> Result<Value, CliError> {
     if is_yaml_path(path) || !looks_like_json {
         serde_yaml_ng::from_str(&text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))
     } else {
-        serde_json::from_str(&text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))
+        fleet_guest::json::parse(&text).map_err(|problems| {
+            let problems: Vec<String> = problems
+                .iter()
+                .map(|problem| match problem.path.as_str() {
+                    "" => problem.message.clone(),
+                    path => format!("{path}: {}", problem.message),
+                })
+                .collect();
+            CliError::Input(format!("{}: {}", path.display(), problems.join("; ")))
+        })
     }
 }
 
@@ -124,13 +154,13 @@ fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {
 /// Prints an error; validation problems name the file and the field.
 pub fn report(error: &CliError, file: Option<&Path>) {
     let red = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
-    eprintln!("{red}error{red:#}: {error}");
+    eprintln!("{red}error{red:#}: {}", escape_controls(&error.to_string()));
     if let CliError::Api { details, .. } = error {
         let prefix = file.map(|file| format!("{}: ", file.display())).unwrap_or_default();
         for problem in details["problems"].as_array().into_iter().flatten() {
-            let path = problem["path"].as_str().unwrap_or_default();
-            let path = if path.is_empty() { "(document)" } else { path };
-            eprintln!("  {prefix}{path}: {}", problem["message"].as_str().unwrap_or_default());
+            let path = printable(&problem["path"]);
+            let path = if path.is_empty() { "(document)" } else { path.as_str() };
+            eprintln!("  {prefix}{path}: {}", printable(&problem["message"]));
         }
         for blocked in details["blocked"].as_array().into_iter().flatten() {
             eprintln!("  {prefix}{}", blocked_line(blocked));
@@ -147,9 +177,9 @@ fn blocked_line(blocked: &Value) -> String {
     let field = blocked["field"].as_str().map(|field| format!(" {field}")).unwrap_or_default();
     format!(
         "! {} {}{field}: {}",
-        blocked["kind"].as_str().unwrap_or_default(),
-        blocked["key"].as_str().unwrap_or_default(),
-        blocked["reason"].as_str().unwrap_or_default()
+        printable(&blocked["kind"]),
+        printable(&blocked["key"]),
+        printable(&blocked["reason"])
     )
 }
 
@@ -184,20 +214,20 @@ pub fn render_plan(plan: &Value) -> String {
     }
     let mut kind = String::new();
     for change in &changes {
-        let this_kind = change["kind"].as_str().unwrap_or_default();
+        let this_kind = printable(&change["kind"]);
         if this_kind != kind {
-            kind = this_kind.to_owned();
+            kind = this_kind;
             let bold = Style::new().bold();
             out.push_str(&format!("\n{bold}{kind}{bold:#}\n"));
         }
-        let text = change["text"].as_str().unwrap_or_default();
-        let style = style_for(text);
+        let text = printable(&change["text"]);
+        let style = style_for(&text);
         out.push_str(&format!("  {style}{text}{style:#}\n"));
         if matches!(change["action"].as_str(), Some("update")) {
             for field in change["fields"].as_array().into_iter().flatten() {
                 out.push_str(&format!(
                     "      {}: {} → {}\n",
-                    field["field"].as_str().unwrap_or_default(),
+                    printable(&field["field"]),
                     show(&field["from"]),
                     show(&field["to"])
                 ));
@@ -224,7 +254,7 @@ pub fn render_plan(plan: &Value) -> String {
         number("unchanged"),
         number("blocked")
     ));
-    out.push_str(&format!("Plan hash: {}\n", plan["planHash"].as_str().unwrap_or_default()));
+    out.push_str(&format!("Plan hash: {}\n", printable(&plan["planHash"])));
     out
 }
 
@@ -233,9 +263,9 @@ fn render_status(status: &Value) -> String {
     match status.get("applied") {
         Some(applied) => out.push_str(&format!(
             "Applied {} by {} at {} ({} calls, prune {}).\n",
-            applied["planHash"].as_str().unwrap_or_default(),
-            applied["appliedBy"].as_str().unwrap_or_default(),
-            applied["appliedAt"].as_str().unwrap_or_default(),
+            printable(&applied["planHash"]),
+            printable(&applied["appliedBy"]),
+            printable(&applied["appliedAt"]),
             applied["calls"],
             if applied["prune"] == true { "on" } else { "off" },
         )),
@@ -246,11 +276,11 @@ fn render_status(status: &Value) -> String {
             let style = style_for("!");
             out.push_str(&format!(
                 "{style}Drifted{style:#}: the last check at {} found the estate differing from the applied document:\n",
-                drift["checkedAt"].as_str().unwrap_or_default()
+                printable(&drift["checkedAt"])
             ));
             for change in drift["changes"].as_array().into_iter().flatten() {
-                let text = change["text"].as_str().unwrap_or_default();
-                let style = style_for(text);
+                let text = printable(&change["text"]);
+                let style = style_for(&text);
                 out.push_str(&format!("  {style}{text}{style:#}\n"));
             }
         }

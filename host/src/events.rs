@@ -13,11 +13,11 @@ use hyper::{Request, Response};
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, Problem};
 use crate::app::App;
 use crate::auth;
 use crate::db;
-use crate::input::Input;
+use crate::input::{Input, MAX_COUNT};
 use crate::registry::{Ctx, Method, MethodKind, Registry};
 use crate::server::{Body, bearer};
 
@@ -36,7 +36,7 @@ pub fn register(registry: &mut Registry) {
             .summary("Lists the tenant's events after a sequence number, oldest first.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": {
-                    "after": {"type": "integer", "minimum": 0},
+                    "after": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}}}),
                 json!({"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}}),
             ),
@@ -88,16 +88,43 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     Ok(json!({ "events": events }))
 }
 
+/// Where a stream resumes: after `Last-Event-ID` if the client sent one (a reconnecting
+/// `EventSource` does), else after the `after` query parameter, else from the start.
+/// Both, when given, must be sequence numbers (0 … 2^53 − 1); anything else is refused
+/// rather than replayed from the start.
+fn resume_point<B>(request: &Request<B>) -> Result<u64, ApiError> {
+    let parse = |text: &str, path: &str, what: &str| {
+        text.parse::<u64>().ok().filter(|seq| *seq <= MAX_COUNT).ok_or_else(|| {
+            ApiError::invalid(vec![Problem {
+                path: path.to_owned(),
+                message: format!("{what} {text:?} is not an event sequence number (0 to 2^53 - 1)"),
+            }])
+        })
+    };
+    let query = request.uri().query().unwrap_or_default();
+    let mut after = 0;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        match pair.split_once('=') {
+            Some(("after", value)) => after = parse(value, "/after", "after")?,
+            _ => {
+                return Err(ApiError::invalid(vec![Problem {
+                    path: String::new(),
+                    message: format!("unknown query parameter {pair:?}; the stream takes `after`"),
+                }]));
+            }
+        }
+    }
+    if let Some(header) = request.headers().get("last-event-id") {
+        let text = header.to_str().unwrap_or("(not text)");
+        after = parse(text.trim(), "", "the Last-Event-ID header")?;
+    }
+    Ok(after)
+}
+
 /// `GET /api/compute/events/stream[?after=N]`: the tenant's events as Server-Sent Events,
 /// authorized like `compute.events.list`. Resumes after `Last-Event-ID` when given.
 pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let authorization = bearer(&request)?;
-    let mut after = request
-        .headers()
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| request.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("after=")?.parse::<u64>().ok()))
-        .unwrap_or(0);
     let caller = {
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
@@ -110,6 +137,7 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
         .await
         .map_err(ApiError::internal)??
     };
+    let mut after = resume_point(&request)?;
     let (mut sender, body) = Channel::<Bytes, Infallible>::new(16);
     let mut wake = app.events.subscribe();
     tokio::spawn(async move {

@@ -63,7 +63,13 @@ pub fn register(registry: &mut Registry) {
     // preview, plan from.
     registry.register(
         Method::planner("preview", "snapshot", MethodKind::Read, Arc::new(snapshot))
-            .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the browser preview."),
+            .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the browser preview.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false}),
+                json!({"type": "object", "required": ["caller", "modules", "bindings"], "properties": {
+                    "caller": {"type": "object"}, "modules": {"type": "array", "items": {"type": "string"}},
+                    "bindings": {"type": "array", "items": {"type": "object"}}}}),
+            ),
     );
 }
 
@@ -86,14 +92,10 @@ fn fleet_config_schema() -> Value {
         let mut required = Vec::new();
         for field in module.fields.iter().filter(|field| !(module.keyed_by_owner && field.name == "owner")) {
             let schema = match field.ty {
-                crate::modules::FieldType::Count => {
-                    json!({"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT})
-                }
-                crate::modules::FieldType::Map => json!({"type": "object", "additionalProperties": {"type": "string"}}),
-                crate::modules::FieldType::Ref(target) => {
-                    json!({"type": "string", "description": format!("the key of a {} in this document, or its id", target.name())})
-                }
-                _ => json!({"type": "string"}),
+                crate::modules::FieldType::Ref(target) => json!({
+                    "type": "string", "pattern": key_pattern(target),
+                    "description": format!("the key of a {} in this document, or its id", target.name())}),
+                _ => crate::modules::Module::field_schema(field),
             };
             properties.insert(field.name.into(), schema);
             if field.required {
@@ -102,9 +104,21 @@ fn fleet_config_schema() -> Value {
         }
         let object =
             json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties});
-        sections.insert(kind.section().into(), json!({"type": "object", "additionalProperties": object}));
+        sections.insert(
+            kind.section().into(),
+            json!({"type": "object", "propertyNames": {"pattern": key_pattern(kind)}, "additionalProperties": object}),
+        );
     }
     json!({"type": "object", "additionalProperties": false, "properties": sections})
+}
+
+/// What keys an object of `kind` in a FleetConfig (and references to it): a name, or
+/// the id of an object fleet never named; quotas are keyed by owner.
+fn key_pattern(kind: Kind) -> String {
+    match kind.id_prefix() {
+        Some(prefix) => format!("^([a-z][a-z0-9-]{{0,62}}|{prefix}_[a-z2-7]{{26}})$"),
+        None => "^[a-z][a-z0-9-]{0,62}$".to_owned(),
+    }
 }
 
 fn request_schema(apply: bool) -> Value {
@@ -166,11 +180,11 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     };
     let expected = match request.remove("planHash") {
         None => None,
-        Some(Value::String(hash)) => Some(hash),
+        Some(Value::String(hash)) if fleet_guest::is_plan_hash(&hash) => Some(hash),
         Some(_) => {
             return Err(ApiError::invalid(vec![crate::api::Problem {
                 path: "/planHash".into(),
-                message: "must be a string".into(),
+                message: "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it".into(),
             }]));
         }
     };
@@ -178,8 +192,8 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     let planned: Value = serde_json::from_str(&run_planner(&app, caller.clone(), db, Entry::Plan, &plan_request)?)
         .map_err(ApiError::internal)?;
     let plan_hash = planned["planHash"].as_str().unwrap_or_default().to_owned();
-    if let Some(expected) = expected
-        && expected != plan_hash
+    if let Some(expected) = &expected
+        && *expected != plan_hash
     {
         return Err(ApiError::new(Code::ConfigDrift, "the plan differs from the planHash given; plan again")
             .with_details(json!({ "expected": expected, "actual": plan_hash })));
@@ -198,7 +212,12 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
 
     let db = app.db.get()?;
     db::begin(&db, db::Tx::Write)?;
-    request.insert("planHash".into(), Value::String(plan_hash));
+    // Pinned, the plan made inside the transaction must still be the one approved; not
+    // pinned, it is the one applied, so that identical concurrent applies all converge
+    // (the later ones with no calls). Its calls are authorized by `methods.invoke`.
+    if let Some(expected) = expected {
+        request.insert("planHash".into(), Value::String(expected));
+    }
     let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: true };
     let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());
     let recorded = result.and_then(|output| {

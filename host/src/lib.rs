@@ -5,6 +5,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod client;
+pub mod connection;
 pub mod db;
 pub mod demo;
 pub mod events;
@@ -26,17 +27,22 @@ use tokio::sync::watch;
 
 pub use app::{App, Config};
 
-/// Serves `app` on `listener` with the drift reconciler running beside it, until
-/// `shutdown` resolves; then both stop and open connections finish.
+/// Serves `app` on `listener` with the drift reconciler running beside it (unless the
+/// deployment is read-only, which writes nothing), until `shutdown` resolves; then both
+/// stop and open connections finish.
 pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let reconciler = tokio::spawn(reconciler::run(app.clone(), async move {
-        let mut stopped = stopped;
-        let _ = stopped.wait_for(|stop| *stop).await;
-    }));
+    let reconciler = (!app.config.read_only).then(|| {
+        tokio::spawn(reconciler::run(app.clone(), async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }))
+    });
     let served = server::run(app, listener, shutdown).await;
     let _ = stop.send(true);
-    let _ = reconciler.await;
+    if let Some(reconciler) = reconciler {
+        let _ = reconciler.await;
+    }
     served
 }
 

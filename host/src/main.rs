@@ -111,8 +111,9 @@ struct Serve {
     /// How often fleet.drift re-plans applied documents (e.g. 15m, 30s).
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     drift_interval: Duration,
-    /// Serve reads only: apply and every other mutation answer UNSUPPORTED.
-    #[arg(long)]
+    /// Serve reads only: apply and every other mutation answer UNSUPPORTED, no drift
+    /// checks run, and nothing is written to the database.
+    #[arg(long, conflicts_with = "demo")]
     read_only: bool,
     /// Create tenant `demo` with sample objects and print a token with all permissions.
     #[arg(long)]
@@ -120,6 +121,22 @@ struct Serve {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     body_limit: usize,
+    /// How long a request head may take to arrive.
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
+    head_timeout: Duration,
+    /// How long an idle keep-alive connection stays open.
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    idle_timeout: Duration,
+    /// How long a request body may pause before the request ends.
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    body_timeout: Duration,
+    /// Connections open at once; more wait until one closes.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// How long a request waits for another process's lock on the database before it
+    /// answers UNAVAILABLE.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    busy_timeout: Duration,
     /// The planner's CPU budget per request.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     sandbox_cpu: Duration,
@@ -242,6 +259,15 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
     }
 }
 
+/// A duration longer than zero, e.g. `10s`.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("must be longer than zero".into()),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 fn parse_modules(groups: &[String]) -> Result<BTreeSet<Kind>> {
     groups
         .iter()
@@ -262,6 +288,11 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     }
     config.read_only = serve.read_only;
     config.body_limit = serve.body_limit;
+    config.limits.head_timeout = serve.head_timeout;
+    config.limits.idle_timeout = serve.idle_timeout;
+    config.limits.body_timeout = serve.body_timeout;
+    config.limits.max_connections = serve.max_connections as usize;
+    config.busy_timeout = serve.busy_timeout;
     config.budget.cpu = serve.sandbox_cpu;
     config.budget.memory_bytes = serve.sandbox_memory_mib << 20;
     config.cache_dir = serve

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, Code};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::db::Conn;
@@ -189,6 +189,8 @@ impl Registry {
             let object = json!({"type": "object"});
             let input = method.input.clone().unwrap_or_else(|| object.clone());
             let output = method.output.clone().unwrap_or(object);
+            // An empty body means `{}`: it may be left out exactly when `{}` is valid.
+            let body_required = input["required"].as_array().is_some_and(|required| !required.is_empty());
             paths.insert(
                 method.path.clone(),
                 json!({ "post": {
@@ -200,7 +202,7 @@ impl Registry {
                     "x-fleet-scope": method.scope,
                     "x-fleet-phase": method.phase,
                     "security": [{"bearer": []}],
-                    "requestBody": {"required": false, "content": {"application/json": {"schema": input}}},
+                    "requestBody": {"required": body_required, "content": {"application/json": {"schema": input}}},
                     "responses": {
                         "200": {"description": "success", "content": {"application/json": {"schema": output}}},
                         "default": {"description": "an error (SPEC §2)",
@@ -210,7 +212,7 @@ impl Registry {
             );
         }
         json!({
-            "openapi": "3.0.3",
+            "openapi": "3.1.0",
             "info": {"title": "fleet", "version": env!("CARGO_PKG_VERSION")},
             "paths": paths,
             "components": {
@@ -222,10 +224,7 @@ impl Registry {
                         "type": "object",
                         "required": ["code", "message"],
                         "properties": {
-                            "code": {"type": "string", "enum": [
-                                "INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND",
-                                "ALREADY_EXISTS", "FAILED_PRECONDITION", "INVALID_STATE", "CONFIG_DRIFT",
-                                "PAYLOAD_TOO_LARGE", "RESOURCE_EXHAUSTED", "UNSUPPORTED", "INTERNAL"]},
+                            "code": {"type": "string", "enum": Code::ALL.map(Code::as_str)},
                             "message": {"type": "string"},
                             "details": {"type": "object"}
                         }

@@ -282,6 +282,7 @@ fn from_wit_error(error: types::Error) -> ApiError {
         W::PayloadTooLarge => Code::PayloadTooLarge,
         W::ResourceExhausted => Code::ResourceExhausted,
         W::Unsupported => Code::Unsupported,
+        W::Unavailable => Code::Unavailable,
         W::Internal => Code::Internal,
     };
     let details = match error.details.as_str() {
@@ -305,6 +306,7 @@ fn into_wit_error(error: ApiError) -> types::Error {
         Code::PayloadTooLarge => W::PayloadTooLarge,
         Code::ResourceExhausted => W::ResourceExhausted,
         Code::Unsupported => W::Unsupported,
+        Code::Unavailable => W::Unavailable,
         Code::Internal => W::Internal,
     };
     types::Error {
@@ -500,8 +502,7 @@ impl Guest {
         if input.len() > MAX_INVOKE_INPUT {
             return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
         }
-        let input: Value = serde_json::from_str(input)
-            .map_err(|error| ApiError::new(Code::InvalidArgument, format!("the method input is not JSON: {error}")))?;
+        let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
         auth::authorize(&session.caller, method)?;
         let ctx = Ctx { app: &session.app, caller: &session.caller, db: &session.db };
         method.run_in(&ctx, input)

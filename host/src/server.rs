@@ -4,22 +4,25 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method as HttpMethod, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use serde_json::Value;
-use tokio::net::TcpListener;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::{ApiError, Code, Problem};
 use crate::app::App;
 use crate::auth::{self, Caller};
+use crate::connection::{Activity, TimedIo, Tracked};
 use crate::db::{self, Conn, Tx};
 use crate::events;
 use crate::preview;
@@ -28,63 +31,239 @@ use crate::registry::{Ctx, Method, MethodKind, Run};
 pub type Body = BoxBody<Bytes, Infallible>;
 
 /// Serves until `shutdown` resolves, then lets open connections finish.
+///
+/// At most `max_connections` are open at once: the next is accepted only when one ends,
+/// so the others wait in the listen backlog while those open keep being served. An
+/// accept that fails (out of file descriptors, say) is retried after a pause that doubles
+/// up to a second, and logged once per run of failures, never in a loop.
 pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let graceful = GracefulShutdown::new();
+    let limits = app.config.limits;
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut backoff = AcceptBackoff::default();
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        continue;
-                    }
-                };
-                let app = app.clone();
-                let service = service_fn(move |request| {
-                    let app = app.clone();
-                    async move { Ok::<_, Infallible>(handle(app, request).await) }
-                });
-                let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                });
-            }
+        let accepted = tokio::select! {
+            accepted = accept(&listener, &slots) => accepted,
             () = &mut shutdown => break,
-        }
+        };
+        let (stream, slot) = match accepted {
+            Ok(accepted) => {
+                backoff.succeeded();
+                accepted
+            }
+            Err(error) => {
+                let pause = backoff.failed(&error);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => continue,
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let activity = Arc::new(Activity::default());
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), limits));
+        let app = app.clone();
+        let service = service_fn(move |request| {
+            let in_flight = activity.begin();
+            let app = app.clone();
+            async move {
+                let response = handle(app, request).await;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+            }
+        });
+        let connection = http1::Builder::new().serve_connection(io, service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+            drop(slot);
+        });
     }
     drop(listener);
     graceful.shutdown().await;
     Ok(())
 }
 
+/// Waits for a free connection slot, then for a connection.
+async fn accept(listener: &TcpListener, slots: &Arc<Semaphore>) -> std::io::Result<(TcpStream, OwnedSemaphorePermit)> {
+    let slot = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, slot))
+}
+
+/// The pause after failed accepts: 10 ms, doubling up to 1 s, reset by a success.
+#[derive(Default)]
+struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const LONGEST: Duration = Duration::from_secs(1);
+
+    fn failed(&mut self, error: &std::io::Error) -> Duration {
+        if self.failures == 0 {
+            tracing::warn!(%error, "accepting connections failed; retrying with backoff");
+        }
+        self.failures = self.failures.saturating_add(1);
+        Self::FIRST.saturating_mul(1 << (self.failures - 1).min(7)).min(Self::LONGEST)
+    }
+
+    fn succeeded(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(failures = self.failures, "accepting connections again");
+        }
+        self.failures = 0;
+    }
+}
+
+/// What a path serves, and with which HTTP method.
+enum Route {
+    Health,
+    Catalogue,
+    OpenApi,
+    EventStream,
+    Preview,
+    Method,
+}
+
+impl Route {
+    fn of(app: &App, path: &str) -> Option<Route> {
+        Some(match path {
+            "/healthz" => Route::Health,
+            "/api/methods" => Route::Catalogue,
+            "/api/openapi.json" => Route::OpenApi,
+            events::STREAM_PATH => Route::EventStream,
+            _ if preview::owns(path) => Route::Preview,
+            _ if app.registry.by_path(path).is_some() => Route::Method,
+            _ => return None,
+        })
+    }
+
+    fn http_method(&self) -> (HttpMethod, &'static str) {
+        match self {
+            Route::Method => (HttpMethod::POST, "POST"),
+            _ => (HttpMethod::GET, "GET"),
+        }
+    }
+}
+
 async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_owned();
-    match (request.method(), path.as_str()) {
-        (&HttpMethod::GET, "/healthz") => text(StatusCode::OK, "ok"),
-        (&HttpMethod::GET, "/api/methods") => json(StatusCode::OK, &app.registry.catalogue()),
-        (&HttpMethod::GET, "/api/openapi.json") => json(StatusCode::OK, &app.registry.openapi()),
-        (&HttpMethod::GET, events::STREAM_PATH) => {
-            events::stream(app, request).await.unwrap_or_else(|error| error_response(&error))
-        }
-        (&HttpMethod::GET, _) if preview::owns(&path) => preview::serve(&app.config.preview_dir, &path).await,
-        (&HttpMethod::POST, _) if path.starts_with("/api/") => match call(app, request).await {
+    let Some(route) = Route::of(&app, &path) else {
+        return error_response(&ApiError::not_found(format!("no route for {} {path}", request.method())));
+    };
+    let (allowed, allow) = route.http_method();
+    if *request.method() != allowed {
+        let message = format!("{path} answers {allow} only, not {}", request.method());
+        let error = ApiError::new(Code::InvalidArgument, message);
+        let mut response = error_response_as(StatusCode::METHOD_NOT_ALLOWED, &error);
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+        return response;
+    }
+    if let Err(error) = check_head(&request, app.config.limits.max_head_bytes) {
+        return error_response_as(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &error);
+    }
+    match route {
+        Route::Health => text(StatusCode::OK, "ok"),
+        Route::Catalogue => json(StatusCode::OK, &app.registry.catalogue()),
+        Route::OpenApi => json(StatusCode::OK, &openapi(&app)),
+        Route::EventStream => events::stream(app, request).await.unwrap_or_else(|error| error_response(&error)),
+        Route::Preview => preview::serve(&app.config.preview_dir, &path).await,
+        Route::Method => match call(app, request).await {
             Ok(output) => json_text(StatusCode::OK, output),
             Err(error) => error_response(&error),
         },
-        _ => error_response(&ApiError::not_found(format!("no route for {} {path}", request.method()))),
     }
+}
+
+/// The OpenAPI description: the registry's methods, and the routes served here besides.
+pub fn openapi(app: &App) -> Value {
+    let mut description = app.registry.openapi();
+    let error = json!({"description": "an error (SPEC §2)",
+                       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    let text = |summary: &str, media: &str, schema: Value| {
+        json!({"get": {"summary": summary, "responses": {
+            "200": {"description": "success", "content": {media: {"schema": schema}}}, "default": error}}})
+    };
+    let routes = [
+        (
+            "/healthz",
+            text("Answers `ok` while the server serves.", "text/plain", json!({"type": "string", "enum": ["ok"]})),
+        ),
+        (
+            "/api/methods",
+            text(
+                "The method catalogue of the registry.",
+                "application/json",
+                json!({"type": "object", "required": ["methods"],
+            "properties": {"methods": {"type": "array", "items": {"type": "object"}}}}),
+            ),
+        ),
+        ("/api/openapi.json", text("This description.", "application/json", json!({"type": "object"}))),
+        (preview::PAGE_PATH, text("The browser plan preview.", "text/html", json!({"type": "string"}))),
+    ];
+    let file = |summary: &str, name: &str| {
+        let string = json!({"schema": {"type": "string"}});
+        json!({"get": {"summary": summary,
+            "parameters": [{"name": name, "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the file", "content": {
+                "text/javascript": string, "text/css": string, "application/wasm": string}}, "default": error}}})
+    };
+    let paths = description["paths"].as_object_mut().expect("the registry describes paths");
+    for (path, item) in routes {
+        paths.insert(path.to_owned(), item);
+    }
+    paths.insert(
+        "/preview/{file}".to_owned(),
+        file("A file of the preview page (app.js, planner.js, style.css).", "file"),
+    );
+    paths.insert(
+        "/preview/assets/{asset}".to_owned(),
+        file("The planner transpiled by jco for the preview (built by `npm run build`).", "asset"),
+    );
+    paths.insert(
+        events::STREAM_PATH.to_owned(),
+        json!({"get": {
+            "operationId": "compute.events.stream",
+            "summary": "The tenant's events as Server-Sent Events, live; authorized like compute.events.list.",
+            "security": [{"bearer": []}],
+            "parameters": [
+                {"name": "after", "in": "query", "required": false,
+                 "description": "resume after this sequence number",
+                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT}},
+                {"name": "Last-Event-ID", "in": "header", "required": false,
+                 "description": "resume after this sequence number (sent by a reconnecting EventSource)",
+                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT}}],
+            "responses": {
+                "200": {"description": "an endless stream of `id`, `event` and `data` frames",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "default": error}}}),
+    );
+    description
+}
+
+/// Refuses a request head larger than `limit`. hyper refuses much larger heads itself,
+/// before any of our code runs (see docs/decisions/0005-hardening.md).
+fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
+    let size = request.uri().to_string().len()
+        + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
+    if size > limit {
+        return Err(ApiError::new(
+            Code::InvalidArgument,
+            format!("the request head is {size} bytes, more than the limit of {limit}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A method call: authenticate, route, authorize, read the body, run.
 async fn call(app: Arc<App>, request: Request<Incoming>) -> Result<String, ApiError> {
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
-    let body = read_body(request, app.config.body_limit).await?;
+    let limits = app.config.limits;
+    let body = read_body(request, app.config.body_limit, limits.body_timeout).await?;
     tokio::task::spawn_blocking(move || {
         let db = app.db.get()?;
         let caller = auth::authenticate(&db, Some(&authorization))?;
@@ -123,7 +302,7 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body:
             let text = std::str::from_utf8(body).map_err(|_| {
                 ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
             })?;
-            let text = if text.trim().is_empty() { "{}" } else { text };
+            let text = if text.is_empty() { "{}" } else { text };
             composite(app.clone(), caller, db, text)
         }
     }
@@ -138,31 +317,51 @@ pub fn bearer<B>(request: &Request<B>) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::new(Code::Unauthenticated, "a bearer token is required"))
 }
 
-async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads a body of at most `limit` bytes, of which some must arrive every `pause`.
+async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) -> Result<Bytes, ApiError> {
     let too_large =
         || ApiError::new(Code::PayloadTooLarge, format!("the request body is larger than the limit of {limit} bytes"));
     let declared = request.headers().get(CONTENT_LENGTH).and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(error) => Err(ApiError::new(Code::InvalidArgument, format!("the request body could not be read: {error}"))),
+    let mut body = Limited::new(request.into_body(), limit);
+    let mut collected = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    loop {
+        let frame = tokio::time::timeout(pause, body.frame()).await.map_err(|_| {
+            ApiError::new(
+                Code::InvalidArgument,
+                format!("the request body stopped arriving: nothing came for {}", humantime::format_duration(pause)),
+            )
+        })?;
+        match frame {
+            None => return Ok(Bytes::from(collected)),
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    collected.extend_from_slice(data);
+                }
+            }
+            Some(Err(error)) if error.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+            Some(Err(error)) => {
+                return Err(ApiError::new(
+                    Code::InvalidArgument,
+                    format!("the request body could not be read: {error}"),
+                ));
+            }
+        }
     }
 }
 
-/// An empty body means `{}`.
+/// An empty body (no bytes at all) means `{}`. Read strictly (SPEC §2): a duplicate key or a control
+/// character is `INVALID_ARGUMENT`.
 pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if body.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_slice(body).map_err(|error| {
-        ApiError::invalid(vec![Problem {
-            path: String::new(),
-            message: format!("the body is not valid JSON: {error}"),
-        }])
-    })
+    let text = std::str::from_utf8(body).map_err(|_| {
+        ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
+    })?;
+    fleet_guest::json::parse(text).map_err(ApiError::invalid)
 }
 
 pub fn json(status: StatusCode, value: &Value) -> Response<Body> {
@@ -183,6 +382,18 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     response
 }
 
+/// The error envelope of SPEC §2 with the status of its code; `UNAVAILABLE` says when
+/// to try again.
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    json(crate::api::status(error.code), &error.body())
+    error_response_as(crate::api::status(error.code), error)
+}
+
+/// The error envelope with a status of HTTP's own rather than the code's: 405 and 431
+/// carry `INVALID_ARGUMENT` (docs/decisions/0005-hardening.md).
+fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
+    let mut response = json(status, &error.body());
+    if error.code == Code::Unavailable {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }

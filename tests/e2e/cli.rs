@@ -172,3 +172,25 @@ fn a_saved_plan_applies_exactly_or_fails_with_config_drift() {
     assert_eq!(applied.status.code(), Some(0), "{}", stderr(&applied));
     assert!(stdout(&applied).contains("Applied 5 calls."), "{}", stdout(&applied));
 }
+
+#[test]
+fn control_characters_never_reach_the_terminal_raw() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let dir = server.dir.path();
+    // In JSON the CLI refuses it itself; in YAML the server does, naming the key.
+    let json_file = write(dir, "evil.json", r#"{"sites": {"eu": {"region": "\u001b[31mred\u0007"}}}"#);
+    let yaml_file = write(dir, "evil.yaml", "sites:\n  \"e\\e[2Ju\": {region: \"x\\e]0;owned\\a\"}\n");
+    for file in [&json_file, &yaml_file] {
+        let planned = fleet(&server, &token, &["plan", file]);
+        assert_eq!(planned.status.code(), Some(1), "{}", stderr(&planned));
+        let shown = format!("{}{}", stdout(&planned), stderr(&planned));
+        assert!(!shown.contains(|character: char| character.is_control() && character != '\n'), "{shown:?}");
+        assert!(shown.contains("\\u{1b}") || shown.contains("U+001B"), "the escape is named: {shown}");
+    }
+    // Duplicate keys in a JSON file are refused, not silently merged.
+    let duplicate = write(dir, "twice.json", r#"{"sites": {"eu": {"region": "a", "region": "b"}}}"#);
+    let planned = fleet(&server, &token, &["plan", &duplicate]);
+    assert_eq!(planned.status.code(), Some(1));
+    assert!(stderr(&planned).contains("/sites/eu/region"), "{}", stderr(&planned));
+}

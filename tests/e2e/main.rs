@@ -6,5 +6,6 @@
 mod cli;
 mod fleet;
 mod foundation;
+mod hardening;
 mod modules;
 mod support;

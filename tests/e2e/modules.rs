@@ -637,7 +637,7 @@ fn validation_reports_every_problem_with_its_path() {
     acme.invalid("pools/create", json!({}), &["/site", "/account", "/class", "/owner"]);
     acme.invalid(
         "quotas/set",
-        json!({"owner": "Team", "vcpus": "1", "instances": -5, "memoryMib": 1e3, "bogus": 1}),
+        json!({"owner": "Team", "vcpus": "1", "instances": -5, "memoryMib": 2.5, "bogus": 1}),
         &["/owner", "/vcpus", "/instances", "/memoryMib", "/bogus"],
     );
     acme.invalid("quotas/set", json!({"vcpus": 1}), &["/owner"]);

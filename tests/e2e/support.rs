@@ -21,6 +21,15 @@ pub struct Server {
     pub banner: Vec<String>,
 }
 
+/// How to start a server beyond its flags.
+#[derive(Default)]
+pub struct Launch {
+    /// `ulimit -n`: the most file descriptors the server may hold.
+    pub open_files: Option<u32>,
+    /// Where its stderr goes (else to the test's).
+    pub stderr: Option<PathBuf>,
+}
+
 impl Server {
     /// `fleet serve` with extra flags, on an ephemeral port.
     pub fn start(flags: &[&str]) -> Server {
@@ -29,16 +38,32 @@ impl Server {
 
     /// Starts on an existing directory (a restart keeps the database).
     pub fn start_in(dir: TempDir, flags: &[&str]) -> Server {
-        let mut child = Command::new(FLEET)
+        Server::launch(dir, flags, &Launch::default())
+    }
+
+    /// Starts as `launch` says: under a file-descriptor limit, with stderr kept in a file.
+    pub fn launch(dir: TempDir, flags: &[&str], launch: &Launch) -> Server {
+        let mut command = match launch.open_files {
+            // The shell's `ulimit` lowers the limit, then execs the server under it.
+            Some(limit) => {
+                let mut command = Command::new("sh");
+                command.args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\""), FLEET]);
+                command
+            }
+            None => Command::new(FLEET),
+        };
+        command
             .arg("--db")
             .arg(dir.path().join("fleet.db"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(flags)
             .env("RUST_LOG", "fleet=warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("fleet starts");
+            .stdout(Stdio::piped());
+        match &launch.stderr {
+            Some(path) => command.stderr(std::fs::File::create(path).expect("a log file")),
+            None => command.stderr(Stdio::inherit()),
+        };
+        let mut child = command.spawn().expect("fleet starts");
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
         let mut banner = Vec::new();
@@ -53,6 +78,11 @@ impl Server {
         std::thread::spawn(move || for _ in lines {});
         let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().expect("a client");
         Server { child, base, dir, http, banner }
+    }
+
+    /// The `host:port` the server listens on.
+    pub fn address(&self) -> &str {
+        self.base.trim_start_matches("http://")
     }
 
     pub fn db_path(&self) -> PathBuf {

@@ -7,31 +7,72 @@ mod migrations;
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::api::ApiError;
 
 pub type Pool = r2d2::Pool<SqliteConnectionManager>;
 pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
 
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How the server opens its database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long a statement waits for another writer's lock before the request answers
+    /// `UNAVAILABLE`.
+    pub busy_timeout: Duration,
+    /// Never write: the file must exist and be migrated already, and every connection
+    /// is `query_only`, so SQLite itself refuses any write (SPEC §6.3, `--read-only`).
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { busy_timeout: Duration::from_secs(10), read_only: false }
+    }
+}
 
 /// Opens (creating if needed) and migrates the database at `path`.
 pub fn open(path: &Path) -> anyhow::Result<Pool> {
+    open_with(path, Options::default())
+}
+
+/// Opens the database at `path` as `options` say.
+pub fn open_with(path: &Path, options: Options) -> anyhow::Result<Pool> {
+    let init = move |db: &mut Connection| configure(db, options);
+    if options.read_only {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let mut first = Connection::open_with_flags(path, flags)
+            .with_context(|| format!("a read-only server needs an existing database; none at {}", path.display()))?;
+        init(&mut first)?;
+        let pending = migrations::migrations().pending_migrations(&first)?;
+        anyhow::ensure!(
+            pending == 0,
+            "the database at {} is {pending} migration(s) behind this fleet; a read-only server does not migrate: \
+             start a writable `fleet serve` on it once",
+            path.display()
+        );
+        let manager = SqliteConnectionManager::file(path).with_flags(flags).with_init(init);
+        return Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?);
+    }
     let mut first = Connection::open(path)?;
-    configure(&mut first)?;
+    init(&mut first)?;
     migrations::migrations().to_latest(&mut first)?;
     drop(first);
-    let manager = SqliteConnectionManager::file(path).with_init(configure);
+    let manager = SqliteConnectionManager::file(path).with_init(init);
     // A connection to a local file does not go stale: no test query on every checkout.
     Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?)
 }
 
-fn configure(db: &mut Connection) -> rusqlite::Result<()> {
-    db.busy_timeout(BUSY_TIMEOUT)?;
-    db.pragma_update(None, "journal_mode", "WAL")?;
-    db.pragma_update(None, "synchronous", "NORMAL")?;
+fn configure(db: &mut Connection, options: Options) -> rusqlite::Result<()> {
+    db.busy_timeout(options.busy_timeout)?;
+    if options.read_only {
+        db.pragma_update(None, "query_only", true)?;
+    } else {
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+    }
     db.pragma_update(None, "foreign_keys", true)?;
     // Every request's statements (transactions, the token, eight state tables, the
     // module handlers) stay prepared.

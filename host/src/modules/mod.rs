@@ -26,10 +26,19 @@ use crate::db;
 use crate::input::{Input, MAX_COUNT, pointer};
 use crate::registry::{Ctx, Method, MethodKind, Registry};
 
-/// The longest idempotency key a create accepts, in bytes.
+/// The longest idempotency key a create accepts, in characters (as JSON Schema's
+/// `maxLength` counts).
 pub const MAX_IDEMPOTENCY_KEY: usize = 512;
 
 const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
+
+/// Strings hold no control characters (SPEC §2), as an ECMA-262 pattern.
+pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+
+/// Any string without control characters.
+pub fn text_schema() -> Value {
+    json!({"type": "string", "pattern": TEXT_PATTERN})
+}
 
 /// Every module, in dependency order.
 pub const ALL: [&Module; 6] =
@@ -225,15 +234,16 @@ impl Module {
         }
     }
 
-    fn field_schema(field: &Field) -> Value {
+    pub fn field_schema(field: &Field) -> Value {
         match field.ty {
             FieldType::Count => json!({"type": "integer", "minimum": 0, "maximum": MAX_COUNT}),
-            FieldType::Map => json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            FieldType::Map => json!({"type": "object", "propertyNames": text_schema(),
+                                     "additionalProperties": text_schema()}),
             FieldType::Name => json!({"type": "string", "pattern": NAME_PATTERN}),
-            FieldType::NonEmpty => json!({"type": "string", "minLength": 1}),
+            FieldType::NonEmpty => json!({"type": "string", "minLength": 1, "pattern": TEXT_PATTERN}),
             FieldType::Ref(kind) => json!({"type": "string", "pattern": id_pattern(kind),
                                            "description": format!("the id of a live {} of the tenant", kind.name())}),
-            FieldType::Text => json!({"type": "string"}),
+            FieldType::Text => text_schema(),
         }
     }
 
@@ -272,11 +282,11 @@ impl Module {
             if !self.keyed_by_owner {
                 properties.insert(
                     "idempotencyKey".into(),
-                    json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY}),
+                    json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY, "pattern": TEXT_PATTERN}),
                 );
             }
         }
-        if !create || self.keyed_by_owner {
+        if (!create || self.keyed_by_owner) && !required.contains(&self.key_field()) {
             required.push(self.key_field());
         }
         json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties})
@@ -588,9 +598,9 @@ fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     let id = read_id(&mut input, "id", module.kind, false);
     let idempotency_key = input.string("idempotencyKey", false);
     if let Some(key) = &idempotency_key
-        && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
+        && (key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY)
     {
-        input.problem("idempotencyKey", format!("must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"));
+        input.problem("idempotencyKey", format!("must be 1 to {MAX_IDEMPOTENCY_KEY} characters"));
     }
     let fields = read_fields(module, &mut input, true);
     let now = db::now();

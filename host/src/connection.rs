@@ -1,0 +1,235 @@
+//! What one client may hold (SPEC §7a): how long a request head may take, how long an
+//! idle keep-alive connection stays open, how long a body may pause, and how many
+//! connections are open at once.
+//!
+//! hyper 1 has one timer for the head, and it runs from the moment the connection waits
+//! for the next request, so it cannot tell a slow head (10 s) from an idle keep-alive
+//! connection (60 s). [`TimedIo`] wraps the socket instead: it knows from [`Activity`]
+//! whether the connection's service has a request in flight, and while none is, it ends
+//! the connection when the current deadline passes. A request in flight is never timed
+//! out here (a plan may run for seconds, an event stream for hours); its body has its
+//! own timeout where the server reads it.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
+
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The limits of SPEC §7a; `fleet serve` flags change them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// From a connection's first byte of a request (or its opening) to the end of the head.
+    pub head_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// How long a request body may send nothing.
+    pub body_timeout: Duration,
+    /// Connections open at once; above it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// The largest request head the server answers (request line and headers).
+    pub max_head_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            head_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            max_head_bytes: 64 << 10,
+        }
+    }
+}
+
+/// A connection's requests as its socket sees them: how many are in flight (from the
+/// service being called until its response body has been sent or dropped) and how many
+/// have finished. When the last one in flight finishes, the reader is woken, so that
+/// the idle deadline starts even though no byte arrived.
+#[derive(Debug, Default)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    finished: AtomicU64,
+    reader: Mutex<Option<Waker>>,
+}
+
+impl Activity {
+    /// Marks a request in flight until the guard is dropped.
+    pub fn begin(self: &Arc<Activity>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    fn finished(&self) -> u64 {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Remembers who to wake when the requests in flight are done.
+    fn wake_when_done(&self, waker: &Waker) {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        if !reader.as_ref().is_some_and(|known| known.will_wake(waker)) {
+            *reader = Some(waker.clone());
+        }
+    }
+}
+
+/// A request in flight; see [`Activity::begin`].
+#[derive(Debug)]
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        activity.finished.fetch_add(1, Ordering::AcqRel);
+        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let reader = activity.reader.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(reader) = reader {
+                reader.wake();
+            }
+        }
+    }
+}
+
+/// A response body that keeps its request in flight until hyper is done with it.
+pub struct Tracked<B> {
+    body: B,
+    _in_flight: InFlight,
+}
+
+impl<B> Tracked<B> {
+    pub fn new(body: B, in_flight: InFlight) -> Tracked<B> {
+        Tracked { body, _in_flight: in_flight }
+    }
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What a connection with no request in flight is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiting {
+    /// The rest of a request head, which must be complete by the deadline.
+    Head,
+    /// The first byte of the next request on a keep-alive connection.
+    Idle,
+}
+
+/// A socket that ends its connection when a head is too slow or it idles too long.
+pub struct TimedIo<T> {
+    io: T,
+    activity: Arc<Activity>,
+    limits: Limits,
+    waiting: Waiting,
+    /// How many requests had finished when the deadline was last set.
+    finished: u64,
+    deadline: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl<T> TimedIo<T> {
+    /// A new connection: its first request head is due within the head timeout.
+    pub fn new(io: T, activity: Arc<Activity>, limits: Limits) -> TimedIo<T> {
+        let deadline = Instant::now() + limits.head_timeout;
+        TimedIo {
+            io,
+            activity,
+            limits,
+            waiting: Waiting::Head,
+            finished: 0,
+            deadline,
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+        }
+    }
+
+    fn wait(&mut self, waiting: Waiting, timeout: Duration) {
+        self.waiting = waiting;
+        self.deadline = Instant::now() + timeout;
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.activity.busy() {
+            this.activity.wake_when_done(cx.waker());
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let finished = this.activity.finished();
+        if finished != this.finished {
+            this.finished = finished;
+            this.wait(Waiting::Idle, this.limits.idle_timeout);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if this.waiting == Waiting::Idle && buf.filled().len() > before {
+                    this.wait(Waiting::Head, this.limits.head_timeout);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => {
+                if this.sleep.deadline() != this.deadline {
+                    this.sleep.as_mut().reset(this.deadline);
+                }
+                ready!(this.sleep.as_mut().poll(cx));
+                let what = match this.waiting {
+                    Waiting::Head => "the request head did not arrive in time",
+                    Waiting::Idle => "the keep-alive connection was idle too long",
+                };
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
