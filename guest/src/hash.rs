@@ -79,6 +79,19 @@ struct OrderChecked {
     first_member: bool,
 }
 
+/// Integers up to 2^53 in magnitude are exact as IEEE doubles, which is how JCS reads
+/// every number; larger ones are written as their nearest double (found by the fuzzer).
+const EXACT: u64 = 1 << 53;
+
+/// Whether `number` is an integer JCS writes as serde_json does.
+fn is_exact_integer(number: &serde_json::Number) -> bool {
+    match (number.as_u64(), number.as_i64()) {
+        (Some(unsigned), _) => unsigned <= EXACT,
+        (None, Some(signed)) => signed.unsigned_abs() <= EXACT,
+        (None, None) => false,
+    }
+}
+
 fn not_canonical() -> std::io::Error {
     std::io::Error::other("not in canonical order")
 }
@@ -162,6 +175,20 @@ impl serde_json::ser::Formatter for OrderChecked {
         serde_json::ser::CompactFormatter.write_char_escape(writer, escape)
     }
 
+    fn write_i64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: i64) -> std::io::Result<()> {
+        if value.unsigned_abs() > EXACT {
+            return Err(not_canonical());
+        }
+        serde_json::ser::CompactFormatter.write_i64(writer, value)
+    }
+
+    fn write_u64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: u64) -> std::io::Result<()> {
+        if value > EXACT {
+            return Err(not_canonical());
+        }
+        serde_json::ser::CompactFormatter.write_u64(writer, value)
+    }
+
     fn write_f32<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W, _value: f32) -> std::io::Result<()> {
         Err(not_canonical())
     }
@@ -174,15 +201,15 @@ impl serde_json::ser::Formatter for OrderChecked {
 /// Writes `value` as RFC 8785 (JCS) canonical JSON. serde_json already writes strings
 /// and integers the way JCS does (the same escapes, lowercase `\u00xx`, no other
 /// escaping); what JCS adds is member order by UTF-16 code units, and ECMAScript number
-/// formatting, which only fractional numbers need (documents never hold any; the
-/// canonicalizer crate writes them all the same).
-fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
+/// formatting, which only fractional numbers and integers past 2^53 need (documents
+/// never hold any; the canonicalizer crate writes them all the same).
+pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     use serde_json::Value;
     match value {
         Value::Null | Value::Bool(_) | Value::String(_) => {
             serde_json::to_writer(&mut *out, value).map_err(std::io::Error::other)
         }
-        Value::Number(number) if number.is_f64() => {
+        Value::Number(number) if !is_exact_integer(number) => {
             let text = serde_json_canonicalizer::to_string(value).map_err(std::io::Error::other)?;
             out.write_all(text.as_bytes())
         }
@@ -293,6 +320,7 @@ mod tests {
             serde_json::to_value(Unordered { b: 1, a: 2 }).unwrap(),
             serde_json::json!({"\u{e000}": 1, "\u{1f600}": 2, "x": {"\u{1f600}": [], "\u{ffff}": 1}}),
             serde_json::json!({"a": 0.5, "b": [1e21, -0.0]}),
+            serde_json::json!({"a": -11428180000004281_i64, "b": 9007199254740993_u64}),
             serde_json::json!({"a\"b": 1, "a\nb": 2, "a": {"": {}}}),
         ];
         assert!(!write_if_canonical(&Unordered { b: 1, a: 2 }, Vec::new()).unwrap());
@@ -300,7 +328,7 @@ mod tests {
         for (index, value) in cases.iter().enumerate() {
             let mut streamed = Vec::new();
             let canonical = write_if_canonical(value, &mut streamed).unwrap();
-            assert_eq!(canonical, index == 0 || index == 3, "{value}");
+            assert_eq!(canonical, index == 0 || index == 4, "{value}");
             if canonical {
                 assert_eq!(String::from_utf8(streamed).unwrap(), serde_json_canonicalizer::to_string(value).unwrap());
             }

@@ -11,6 +11,9 @@ mod estate;
 mod export;
 mod hash;
 pub mod json;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod plan;
 mod schema;
 pub mod state;

@@ -460,7 +460,7 @@ fn write(
 /// Reads the module's fields from a request. On create, required fields must be there
 /// and absent ones take their defaults; on update every field is optional. A value with
 /// a problem is left out (and reported through `input`).
-fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, Value> {
+pub fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, Value> {
     let mut fields = Map::new();
     for field in module.fields {
         if module.keyed_by_owner && field.name == "owner" {

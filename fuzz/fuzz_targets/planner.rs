@@ -1,0 +1,42 @@
+//! The planner on arbitrary documents and states: `{"state": Snapshot, "document":
+//! FleetConfig, "prune": bool}`. It never panics; a plan without blocked changes,
+//! applied through a model of the module methods, converges: planning again makes no
+//! calls.
+
+#![no_main]
+
+#[path = "../../guest/tests/common/mod.rs"]
+#[allow(dead_code, clippy::all)]
+mod common;
+
+use fleet_guest::Snapshot;
+use libfuzzer_sys::fuzz_target;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize)]
+struct Case {
+    state: Snapshot,
+    document: Value,
+    #[serde(default)]
+    prune: bool,
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(case) = serde_json::from_slice::<Case>(data) else { return };
+    let request = json!({"document": case.document, "prune": case.prune}).to_string();
+    let Ok(plan) = fleet_guest::plan(&case.state, &request) else { return };
+    let plan: Value = serde_json::from_str(&plan).expect("a plan is JSON");
+    if plan["blocked"].as_array().is_some_and(|blocked| !blocked.is_empty()) {
+        return;
+    }
+    let mut model = common::Model::new(case.state);
+    // A state that breaks the module rules (a dangling reference, say) can refuse a
+    // call; convergence is asked only of the applies that went through.
+    if model.apply(&request).is_err() {
+        return;
+    }
+    let again: Value =
+        serde_json::from_str(&fleet_guest::plan(&model.state, &request).expect("plans again")).expect("a plan is JSON");
+    assert_eq!(again["calls"], json!([]), "plan -> apply -> plan converges: {again}");
+});
