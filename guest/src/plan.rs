@@ -93,6 +93,17 @@ pub(crate) struct Summary {
     pub(crate) blocked: usize,
 }
 
+/// A live object the document leaves out and a plan without `prune` leaves alone, with
+/// what `prune` would do to it (SPEC §6.2 `leftAlone`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LeftAlone {
+    pub(crate) kind: Kind,
+    pub(crate) key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    pub(crate) action: Action,
+}
+
 /// A plan, serialized in the field order of SPEC §6.2.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,17 +112,21 @@ pub(crate) struct Plan {
     pub(crate) calls: Vec<Call>,
     pub(crate) summary: Summary,
     pub(crate) blocked: Vec<Blocked>,
+    pub(crate) left_alone: Vec<LeftAlone>,
     pub(crate) plan_hash: String,
 }
 
 /// What the plan hash covers, every object's members in canonical (sorted) order so
 /// that the hash streams without a JSON tree (`hash::plan_hash` checks the order).
+/// The changes are in it because they carry the values a plan changes *from*.
 #[derive(Serialize)]
 struct Hashed<'a> {
     #[serde(serialize_with = "canonical_blocked")]
     blocked: &'a [Blocked],
     #[serde(serialize_with = "canonical_calls")]
     calls: &'a [Call],
+    #[serde(serialize_with = "canonical_changes")]
+    changes: &'a [Change],
     document: crate::document::FilledDocument<'a>,
     prune: bool,
 }
@@ -139,6 +154,20 @@ fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::O
     }))
 }
 
+fn canonical_changes<S: Serializer>(changes: &&[Change], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(changes.iter().map(|change| {
+        let Change { action, kind, key, id, fields, text } = change;
+        CanonicalMap([
+            ("action", Some(Member::Text(action.verb()))),
+            ("fields", Some(Member::FieldChanges(fields))),
+            ("id", id.as_deref().map(Member::Text)),
+            ("key", Some(Member::Text(key))),
+            ("kind", Some(Member::Text(kind.name()))),
+            ("text", Some(Member::Text(text))),
+        ])
+    }))
+}
+
 /// An object of members given in sorted order; absent ones are left out.
 struct CanonicalMap<'a, const N: usize>([(&'static str, Option<Member<'a>>); N]);
 
@@ -146,6 +175,9 @@ enum Member<'a> {
     Text(&'a str),
     /// Written with its fields sorted by name.
     Fields(&'a Fields),
+    /// `[{"field", "from", "to"}]`, `from` null for a new value.
+    FieldChanges(&'a [FieldChange]),
+    Value(Option<&'a Value>),
 }
 
 impl<const N: usize> Serialize for CanonicalMap<'_, N> {
@@ -164,6 +196,14 @@ impl Serialize for Member<'_> {
                 sorted.sort_by_key(|(name, _)| *name);
                 serializer.collect_map(sorted.into_iter().map(|(name, value)| (name, value)))
             }
+            Member::FieldChanges(fields) => serializer.collect_seq(fields.iter().map(|change| {
+                CanonicalMap([
+                    ("field", Some(Member::Text(change.field))),
+                    ("from", Some(Member::Value(change.from.as_ref()))),
+                    ("to", Some(Member::Value(Some(&change.to)))),
+                ])
+            })),
+            Member::Value(value) => value.serialize(serializer),
         }
     }
 }
@@ -224,6 +264,7 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
             calls: Vec::new(),
             summary: Summary::default(),
             blocked: Vec::new(),
+            left_alone: Vec::new(),
             plan_hash: String::new(),
         },
     };
@@ -234,9 +275,7 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
             planner.plan_entry(kind, position);
         }
     }
-    if request.prune {
-        planner.prune();
-    }
+    planner.prune(request.prune);
     let mut plan = planner.plan;
     plan.summary.blocked = plan.blocked.len();
     plan.plan_hash = hash::plan_hash(&Hashed::of(request, &plan))?;
@@ -248,6 +287,7 @@ impl<'a> Hashed<'a> {
         Hashed {
             blocked: &plan.blocked,
             calls: &plan.calls,
+            changes: &plan.changes,
             document: request.document.canonical(),
             prune: request.prune,
         }
@@ -507,7 +547,10 @@ impl<'a> Planner<'a> {
 
     /// With prune: removes live objects the document leaves out (SPEC §6.2), in reverse
     /// kind order, by key within a kind.
-    fn prune(&mut self) {
+    /// The live objects the document leaves out (never sites, nor kinds whose module
+    /// does not run): removed when `prune` is on, listed as left alone otherwise, with
+    /// what `prune` would do. Accounts a live pool still uses stay either way.
+    fn prune(&mut self, prune: bool) {
         let estate = self.estate;
         let used_accounts = self.accounts_used_after_plan();
         for kind in Kind::ALL.into_iter().rev() {
@@ -525,11 +568,15 @@ impl<'a> Planner<'a> {
             removals.sort_unstable_by(|left, right| left.0.cmp(right.0));
             let action = if kind == Kind::Pool { Action::Archive } else { Action::Delete };
             for (key, object) in removals {
+                let id = kind.id_prefix().map(|_| object.id.clone());
+                if !prune {
+                    self.plan.left_alone.push(LeftAlone { kind, key: key.to_owned(), id, action });
+                    continue;
+                }
                 match action {
                     Action::Archive => self.plan.summary.archive += 1,
                     _ => self.plan.summary.delete += 1,
                 }
-                let id = kind.id_prefix().map(|_| object.id.clone());
                 let text = text::removal(kind, key, action.verb());
                 self.plan.changes.push(Change { action, kind, key: key.to_owned(), id, fields: Vec::new(), text });
                 self.plan.calls.push(removal_call(kind, action.verb(), &object.id));
@@ -554,8 +601,8 @@ impl<'a> Planner<'a> {
                 used.insert(id.to_owned());
             }
         }
-        // `prune` runs only with prune on, so every live pool the document leaves out is
-        // archived, unless its module does not run; the document gives the others' account.
+        // As `prune` would have it: every live pool the document leaves out is archived,
+        // unless its module does not run; the document gives the others' account.
         let pools_pruned = self.estate.runs(Kind::Pool);
         for pool in self.estate.objects(Kind::Pool) {
             let in_document = self.keys_by_id[pools].contains_key(&pool.id);
@@ -612,6 +659,22 @@ mod tests {
             "bindings": [{"kind": "pool", "name": "old", "id": POOL}]
         }))
         .unwrap()
+    }
+
+    /// The hash covers what a plan changes *from*: the same calls against an estate that
+    /// moved are another plan (SPEC §6.2).
+    #[test]
+    fn the_hash_covers_the_values_changed_from() {
+        let planned = |vcpus: u64| {
+            let mut state = snapshot(json!(Kind::ALL), false);
+            state.pools[0].vcpus = vcpus;
+            let document = json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o",
+                                                     "vcpus": 70}}});
+            plan_of(state, document, false)
+        };
+        let (from_60, from_80) = (planned(60), planned(80));
+        assert_eq!(from_60.calls, from_80.calls);
+        assert_ne!(from_60.plan_hash, from_80.plan_hash);
     }
 
     /// Every golden case's plan is hashed on the streamed path, not through a JSON tree.

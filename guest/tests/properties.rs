@@ -162,6 +162,31 @@ proptest! {
     }
 
     #[test]
+    fn left_alone_is_what_prune_would_remove(first in document(), second in document(),
+                                             archive in proptest::collection::vec(any::<bool>(), 5),
+                                             foreign in any::<bool>()) {
+        let model = state(&first, false, &archive, foreign)?;
+        let kept = plan(&model, &request(&second, false));
+        let pruned = plan(&model, &request(&second, true));
+        let removals: Vec<Value> = pruned["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .filter(|change| change["action"] == "delete" || change["action"] == "archive")
+            .map(|change| {
+                let mut entry = json!({"kind": change["kind"], "key": change["key"], "action": change["action"]});
+                if let Some(id) = change.get("id") {
+                    entry["id"] = id.clone();
+                }
+                entry
+            })
+            .collect();
+        prop_assert_eq!(&kept["leftAlone"], &Value::Array(removals), "plan: {}", kept);
+        prop_assert_eq!(&pruned["leftAlone"], &json!([]));
+        prop_assert!(kept["leftAlone"].as_array().expect("a list").iter().all(|entry| entry["kind"] != "site"));
+    }
+
+    #[test]
     fn export_plans_back_to_nothing(first in document(), first_prune in any::<bool>(),
                                     archive in proptest::collection::vec(any::<bool>(), 5), foreign in any::<bool>()) {
         let model = state(&first, first_prune, &archive, foreign)?;

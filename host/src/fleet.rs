@@ -147,6 +147,9 @@ fn plan_schema() -> Value {
         "summary": {"type": "object", "properties": counts},
         "blocked": {"type": "array", "items": {"type": "object", "properties": {
             "kind": {"type": "string"}, "key": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}},
+        "leftAlone": {"type": "array", "items": {"type": "object", "required": ["kind", "key", "action"], "properties": {
+            "kind": {"type": "string"}, "key": {"type": "string"}, "id": {"type": "string"},
+            "action": {"type": "string", "enum": ["delete", "archive"]}}}},
         "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
 }
 

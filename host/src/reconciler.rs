@@ -251,20 +251,23 @@ mod tests {
         assert_eq!(check_all(&fixture.app), outcome, "the same drift again");
         assert_eq!(fixture.event_types("acme"), ["fleet.drifted"]);
 
-        // Drift is identified by its plan hash (what an apply would do): the same
-        // correction is the same drift, whatever the value it corrects.
+        // Drift is identified by its plan hash, which covers the values the correction
+        // changes from: the same value again is the same drift, a new one another.
+        fixture.set_gpus("acme", 4);
+        check_all(&fixture.app);
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"], "the same value");
         fixture.set_gpus("acme", 2);
         check_all(&fixture.app);
-        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"], "the same correction");
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"; 2], "the value moved again");
         let pool = fixture.call("acme", "compute.pools.list", json!({}))["items"][0]["id"].clone();
         fixture.call("acme", "compute.pools.update", json!({"id": pool, "vcpus": 3}));
         check_all(&fixture.app);
-        assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted"], "a different drift");
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted"; 3], "another field drifted");
 
         fixture.set_gpus("acme", 8);
         fixture.call("acme", "compute.pools.update", json!({"id": pool, "vcpus": 0}));
         assert_eq!(check_all(&fixture.app), [("acme".to_owned(), Outcome::Converged)]);
-        assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted", "fleet.converged"]);
+        assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted", "fleet.drifted", "fleet.converged"]);
     }
 
     #[test]
