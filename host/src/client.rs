@@ -37,6 +37,13 @@ pub struct Client {
 }
 
 impl Client {
+    /// The server this client talks to, as given.
+    pub fn server(&self) -> String {
+        self.server.to_string().trim_end_matches('/').to_owned()
+    }
+}
+
+impl Client {
     pub fn new(server: &str, token: Option<String>) -> Result<Client, CliError> {
         let server: Uri = server.parse().map_err(|error| CliError::Input(format!("--server {server:?}: {error}")))?;
         match server.scheme_str() {
@@ -86,11 +93,12 @@ impl Client {
             return Ok(value);
         }
         let error = &value["error"];
-        Err(CliError::Api {
-            code: escape_controls(error["code"].as_str().unwrap_or("UNKNOWN")),
-            message: printable(&error["message"]),
-            details: error["details"].clone(),
-        })
+        let code = escape_controls(error["code"].as_str().unwrap_or("UNKNOWN"));
+        let mut message = printable(&error["message"]);
+        if code == "UNAUTHENTICATED" {
+            message = format!("{message} (the token was refused by {})", self.server());
+        }
+        Err(CliError::Api { code, message, details: error["details"].clone() })
     }
 }
 
@@ -154,7 +162,9 @@ fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {
 /// Prints an error; validation problems name the file and the field.
 pub fn report(error: &CliError, file: Option<&Path>) {
     let red = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
-    eprintln!("{red}error{red:#}: {}", escape_controls(&error.to_string()));
+    // Our own messages may span lines; nothing else they carry reaches the terminal raw.
+    let message: Vec<String> = error.to_string().split('\n').map(escape_controls).collect();
+    eprintln!("{red}error{red:#}: {}", message.join("\n"));
     if let CliError::Api { details, .. } = error {
         let prefix = file.map(|file| format!("{}: ", file.display())).unwrap_or_default();
         for problem in details["problems"].as_array().into_iter().flatten() {
@@ -196,51 +206,46 @@ fn style_for(text: &str) -> Style {
     Style::new().fg_color(Some(color.into()))
 }
 
-fn show(value: &Value) -> String {
-    match value {
-        Value::Null => "(none)".into(),
-        Value::String(text) => format!("{text:?}"),
-        other => other.to_string(),
-    }
-}
-
 /// A plan for people: changes grouped by kind, field changes, blocked reasons, a
 /// summary line and the plan hash.
 pub fn render_plan(plan: &Value) -> String {
     let mut out = String::new();
-    let changes = plan["changes"].as_array().cloned().unwrap_or_default();
-    if changes.is_empty() {
-        out.push_str("No changes: the estate matches the document.\n");
+    let changes = plan["changes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let left_alone = plan["leftAlone"].as_array().map(Vec::as_slice).unwrap_or_default();
+    match (changes.is_empty(), left_alone.is_empty()) {
+        (true, true) => out.push_str("No changes: the estate matches the document.\n"),
+        (true, false) => out.push_str("No changes to make.\n"),
+        (false, _) => {}
     }
-    let mut kind = String::new();
-    for change in &changes {
-        let this_kind = printable(&change["kind"]);
-        if this_kind != kind {
-            kind = this_kind;
+    let mut heading = "";
+    for change in changes {
+        let this_heading = kind_heading(change["kind"].as_str().unwrap_or_default());
+        if this_heading != heading {
+            heading = this_heading;
             let bold = Style::new().bold();
-            out.push_str(&format!("\n{bold}{kind}{bold:#}\n"));
+            out.push_str(&format!("\n{bold}{heading}{bold:#}\n"));
         }
+        // The line says it all: an update's fields, a blocked change's reasons.
         let text = printable(&change["text"]);
         let style = style_for(&text);
         out.push_str(&format!("  {style}{text}{style:#}\n"));
-        if matches!(change["action"].as_str(), Some("update")) {
-            for field in change["fields"].as_array().into_iter().flatten() {
-                out.push_str(&format!(
-                    "      {}: {} → {}\n",
-                    printable(&field["field"]),
-                    show(&field["from"]),
-                    show(&field["to"])
-                ));
-            }
-        }
     }
-    let blocked = plan["blocked"].as_array().cloned().unwrap_or_default();
-    if !blocked.is_empty() {
+    // Blocked entries without a line above (none today) would otherwise go unseen.
+    let shown = |blocked: &&Value| {
+        changes.iter().any(|change| change["kind"] == blocked["kind"] && change["key"] == blocked["key"])
+    };
+    let blocked: Vec<&Value> =
+        plan["blocked"].as_array().into_iter().flatten().filter(|blocked| !shown(blocked)).collect();
+    for entry in blocked {
         let style = style_for("!");
-        out.push_str(&format!("\n{style}Blocked{style:#} (apply refuses the plan until these are resolved):\n"));
-        for entry in &blocked {
-            out.push_str(&format!("  {style}{}{style:#}\n", blocked_line(entry)));
-        }
+        out.push_str(&format!("  {style}{}{style:#}\n", blocked_line(entry)));
+    }
+    if has(plan, "blocked") {
+        let style = style_for("!");
+        out.push_str(&format!("\n{style}Blocked{style:#}: apply refuses this plan until the ! lines are resolved.\n"));
+    }
+    for line in left_alone_lines(left_alone) {
+        out.push_str(&format!("\n{line}"));
     }
     let summary = &plan["summary"];
     let number = |action: &str| summary[action].as_u64().unwrap_or_default();
@@ -258,25 +263,75 @@ pub fn render_plan(plan: &Value) -> String {
     out
 }
 
+/// The heading of a kind's changes, as the browser preview has it.
+fn kind_heading(kind: &str) -> &'static str {
+    match kind {
+        "site" => "Sites",
+        "providerAccount" => "Provider accounts",
+        "pool" => "Pools",
+        "ownerQuota" => "Owner quotas",
+        "offer" => "Offers",
+        "flavor" => "Flavors",
+        _ => "Other objects",
+    }
+}
+
+/// A kind for people: `owner quota`, `provider account`.
+fn kind_noun(kind: &str) -> &'static str {
+    match kind {
+        "site" => "site",
+        "providerAccount" => "provider account",
+        "pool" => "pool",
+        "ownerQuota" => "owner quota",
+        "offer" => "offer",
+        "flavor" => "flavor",
+        _ => "object",
+    }
+}
+
+/// `1 live flavor not in the document is left alone; --prune would delete it.`, one
+/// line per kind and action.
+fn left_alone_lines(left_alone: &[Value]) -> Vec<String> {
+    let mut groups: Vec<(&str, &str, usize)> = Vec::new();
+    for entry in left_alone {
+        let (kind, action) = (entry["kind"].as_str().unwrap_or_default(), entry["action"].as_str().unwrap_or_default());
+        match groups.iter_mut().find(|(k, a, _)| *k == kind && *a == action) {
+            Some(group) => group.2 += 1,
+            None => groups.push((kind, action, 1)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(kind, action, count)| {
+            let (is, them) = if count == 1 { ("is", "it") } else { ("are", "them") };
+            let action = if action == "archive" { "archive" } else { "delete" };
+            format!(
+                "{} not in the document {is} left alone; --prune would {action} {them}.\n",
+                plural(count, &format!("live {}", kind_noun(kind)))
+            )
+        })
+        .collect()
+}
+
 fn render_status(status: &Value) -> String {
     let mut out = String::new();
-    match status.get("applied") {
-        Some(applied) => out.push_str(&format!(
-            "Applied {} by {} at {} ({} calls, prune {}).\n",
-            printable(&applied["planHash"]),
-            printable(&applied["appliedBy"]),
-            printable(&applied["appliedAt"]),
-            applied["calls"],
-            if applied["prune"] == true { "on" } else { "off" },
-        )),
-        None => out.push_str("No document has been applied to this tenant.\n"),
-    }
+    let Some(applied) = status.get("applied") else {
+        return "No document has been applied to this tenant.\n".into();
+    };
+    out.push_str(&format!(
+        "Applied {} by {} at {} ({}, prune {}).\n",
+        printable(&applied["planHash"]),
+        printable(&applied["appliedBy"]),
+        printable(&applied["appliedAt"]),
+        plural(applied["calls"].as_u64().unwrap_or_default() as usize, "call"),
+        if applied["prune"] == true { "on" } else { "off" },
+    ));
+    let checked_at = printable(&status["checkedAt"]);
     match status.get("drift") {
         Some(drift) => {
             let style = style_for("!");
             out.push_str(&format!(
-                "{style}Drifted{style:#}: the last check at {} found the estate differing from the applied document:\n",
-                printable(&drift["checkedAt"])
+                "{style}Drifted{style:#}: the check at {checked_at} found the estate differing from the applied document:\n"
             ));
             for change in drift["changes"].as_array().into_iter().flatten() {
                 let text = printable(&change["text"]);
@@ -284,8 +339,9 @@ fn render_status(status: &Value) -> String {
                 out.push_str(&format!("  {style}{text}{style:#}\n"));
             }
         }
-        None if status.get("applied").is_some() => out.push_str("In sync with the applied document.\n"),
-        None => {}
+        None => out.push_str(&format!(
+            "In sync with the applied document at the last check, {checked_at} (`fleet status --refresh` checks now).\n"
+        )),
     }
     out
 }
@@ -298,20 +354,76 @@ fn print_json(value: &Value) -> Result<(), CliError> {
 
 // ---- commands ---------------------------------------------------------------------------------
 
-pub fn export(client: &Client, output: Option<&Path>) -> Result<u8, CliError> {
+/// How `fleet export` writes the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+pub fn export(client: &Client, output: Option<&Path>, format: Option<Format>) -> Result<u8, CliError> {
     let exported = client.call("fleet/export", &json!({}))?;
     if let Some(missing) = exported["missing"].as_array().filter(|missing| !missing.is_empty()) {
         eprintln!("note: this deployment does not run the modules of {}", Value::Array(missing.clone()));
     }
+    let document = &exported["document"];
+    let format = format.unwrap_or(if output.is_some_and(is_yaml_path) { Format::Yaml } else { Format::Json });
+    let text = match format {
+        Format::Yaml => serde_yaml_ng::to_string(document).map_err(|error| CliError::Input(error.to_string()))?,
+        Format::Json => {
+            serde_json::to_string_pretty(document).map_err(|error| CliError::Input(error.to_string()))? + "\n"
+        }
+    };
     match output {
-        Some(path) => write_document(path, &exported["document"])?,
-        None => print_json(&exported["document"])?,
+        Some(path) => {
+            std::fs::write(path, text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
+            let objects: usize = document
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, section)| section.as_object())
+                .map(|section| section.len())
+                .sum();
+            let format = match format {
+                Format::Json => "JSON",
+                Format::Yaml => "YAML",
+            };
+            eprintln!("Wrote the estate ({}) to {} as {format}.", plural(objects, "object"), path.display());
+        }
+        None => print!("{text}"),
     }
     Ok(EXIT_OK)
 }
 
-pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: bool) -> Result<u8, CliError> {
+/// Reads the FleetConfig of a `plan` or `apply` file: the document itself, not wrapped.
+fn read_fleet_config(file: &Path) -> Result<Value, CliError> {
     let document = read_document(file)?;
+    if document.get("document").is_some_and(Value::is_object) {
+        return Err(CliError::Input(format!(
+            "{}: the file wraps its document in {{\"document\": ...}}; a FleetConfig file is the document \
+             itself: move its sections (sites, pools, ...) to the top level",
+            file.display()
+        )));
+    }
+    Ok(document)
+}
+
+fn has(plan: &Value, list: &str) -> bool {
+    plan[list].as_array().is_some_and(|items| !items.is_empty())
+}
+
+fn plan_exit_code(plan: &Value) -> u8 {
+    if has(plan, "blocked") {
+        EXIT_BLOCKED
+    } else if has(plan, "calls") {
+        EXIT_CHANGES
+    } else {
+        EXIT_OK
+    }
+}
+
+pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: bool) -> Result<u8, CliError> {
+    let document = read_fleet_config(file)?;
     let plan = client.call("fleet/plan", &json!({"document": document, "prune": prune}))?;
     if let Some(out) = out {
         write_document(out, &json!({"document": document, "prune": prune, "plan": plan}))?;
@@ -328,14 +440,7 @@ pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: 
             );
         }
     }
-    let has = |list: &str| plan[list].as_array().is_some_and(|items| !items.is_empty());
-    Ok(if has("blocked") {
-        EXIT_BLOCKED
-    } else if has("calls") {
-        EXIT_CHANGES
-    } else {
-        EXIT_OK
-    })
+    Ok(plan_exit_code(&plan))
 }
 
 /// What `fleet apply` applies: a document file, or a plan saved by `fleet plan --out`.
@@ -344,43 +449,156 @@ pub enum ApplySource {
     SavedPlan(PathBuf),
 }
 
-pub fn apply(client: &Client, source: &ApplySource, raw: bool) -> Result<u8, CliError> {
-    let request = match source {
+/// How `fleet apply` gets its go-ahead (SPEC §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    /// `--yes`: apply without asking.
+    Given,
+    /// Ask on the terminal; refuse without one.
+    Ask,
+}
+
+pub fn apply(client: &Client, source: &ApplySource, raw: bool, confirm: Confirm) -> Result<u8, CliError> {
+    let applied = match source {
+        ApplySource::SavedPlan(file) => apply_saved(client, file)?,
         ApplySource::Document { file, prune, plan_hash } => {
-            let mut request = json!({"document": read_document(file)?, "prune": prune});
+            let mut request = json!({"document": read_fleet_config(file)?, "prune": prune});
             if let Some(hash) = plan_hash {
                 request["planHash"] = json!(hash);
+            } else if confirm == Confirm::Ask {
+                // Show the plan, ask, and apply exactly what was shown.
+                let plan = client.call("fleet/plan", &request)?;
+                if has(&plan, "calls") && !has(&plan, "blocked") {
+                    print!("{}", render_plan(&plan));
+                    ask(&plan, &client.server())?;
+                }
+                request["planHash"] = plan["planHash"].clone();
             }
-            request
-        }
-        ApplySource::SavedPlan(file) => {
-            let saved = read_document(file)?;
-            let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
-                CliError::Input(format!(
-                    "{}: not a plan saved by `fleet plan --out` (no plan.planHash)",
-                    file.display()
-                ))
-            })?;
-            json!({"document": saved["document"], "prune": saved["prune"].as_bool().unwrap_or(false), "planHash": hash})
+            client.call("fleet/apply", &request).map_err(|error| explain_hash_mismatch(error, plan_hash.as_deref()))?
         }
     };
-    let applied = client.call("fleet/apply", &request)?;
     if raw {
         print_json(&applied)?;
     } else {
         print!("{}", render_plan(&applied["plan"]));
         let style = Style::new().fg_color(Some(AnsiColor::Green.into())).bold();
-        println!("{style}Applied {} calls.{style:#}", applied["applied"]);
+        let calls = applied["applied"].as_u64().unwrap_or_default() as usize;
+        println!("{style}Applied {}.{style:#}", plural(calls, "call"));
     }
     Ok(EXIT_OK)
 }
 
-pub fn status(client: &Client, raw: bool) -> Result<u8, CliError> {
-    let status = client.call("fleet/status", &json!({}))?;
+/// Asks on the terminal before an apply that changes something; loudly when it deletes
+/// or archives. Without a terminal, refuses: CI passes `--yes` or a reviewed `--plan`.
+fn ask(plan: &Value, server: &str) -> Result<(), CliError> {
+    use std::io::{BufRead, IsTerminal};
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::Input(
+            "apply asks for confirmation, and there is no terminal to ask on: pass --yes, or apply a reviewed \
+             plan with --plan"
+                .into(),
+        ));
+    }
+    let number = |action: &str| plan["summary"][action].as_u64().unwrap_or_default() as usize;
+    let removals = number("delete") + number("archive");
+    if removals > 0 {
+        let red = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
+        println!(
+            "{red}This plan deletes {} and archives {}.{red:#}",
+            plural(number("delete"), "object"),
+            plural(number("archive"), "object")
+        );
+    }
+    print!("Apply {} to {server}? Only 'yes' applies: ", plural(plan["calls"].as_array().map_or(0, Vec::len), "call"));
+    std::io::stdout().flush().map_err(|error| CliError::Transport(error.to_string()))?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|error| CliError::Input(error.to_string()))?;
+    if answer.trim() != "yes" {
+        return Err(CliError::Input("apply cancelled; nothing was changed".into()));
+    }
+    Ok(())
+}
+
+/// A `--plan-hash` that no longer matches says so, with the hash the plan has now.
+fn explain_hash_mismatch(error: CliError, given: Option<&str>) -> CliError {
+    match (&error, given) {
+        (CliError::Api { code, details, .. }, Some(given)) if code == "CONFIG_DRIFT" => CliError::Input(format!(
+            "the plan hash does not match: --plan-hash is {given}, the plan is now {}; nothing was applied. \
+             Run `fleet plan` again and review it",
+            printable(&details["actual"])
+        )),
+        _ => error,
+    }
+}
+
+/// Applies a plan saved by `fleet plan --out`, exactly: if the estate moved since, the
+/// server refuses it, and this says what moved.
+fn apply_saved(client: &Client, file: &Path) -> Result<Value, CliError> {
+    let saved = read_document(file)?;
+    let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
+        CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
+    })?;
+    let prune = saved["prune"].as_bool().unwrap_or(false);
+    let request = json!({"document": saved["document"], "prune": prune, "planHash": hash});
+    match client.call("fleet/apply", &request) {
+        Err(CliError::Api { code, .. }) if code == "CONFIG_DRIFT" => {
+            let now = client.call("fleet/plan", &json!({"document": saved["document"], "prune": prune}))?;
+            Err(CliError::Input(format!(
+                "CONFIG_DRIFT: the estate moved since {} was planned, so it was not applied:\n{}Plan again and \
+                 review the new plan.",
+                file.display(),
+                what_moved(&saved["plan"], &now)
+            )))
+        }
+        other => other,
+    }
+}
+
+/// The changes of two plans of one document, side by side where they differ.
+fn what_moved(saved: &Value, now: &Value) -> String {
+    let lines = |plan: &Value| -> Vec<(String, String)> {
+        plan["changes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|change| {
+                (format!("{} {}", printable(&change["kind"]), printable(&change["key"])), printable(&change["text"]))
+            })
+            .collect()
+    };
+    let (before, after) = (lines(saved), lines(now));
+    let mut out = String::new();
+    for (object, text) in &before {
+        match after.iter().find(|(other, _)| other == object) {
+            Some((_, now)) if now == text => {}
+            Some((_, now)) => out.push_str(&format!("  planned: {text}\n  now:     {now}\n")),
+            None => out.push_str(&format!("  planned: {text}\n  now:     nothing to do for {object}\n")),
+        }
+    }
+    for (object, text) in &after {
+        if !before.iter().any(|(other, _)| other == object) {
+            out.push_str(&format!("  planned: nothing for {object}\n  now:     {text}\n"));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("  the same changes, against an estate whose other values moved\n");
+    }
+    out
+}
+
+/// Exit code 0 when converged (or never applied), 2 when drifted (SPEC §9).
+pub fn status(client: &Client, raw: bool, refresh: bool) -> Result<u8, CliError> {
+    let request = if refresh { json!({"refresh": true}) } else { json!({}) };
+    let status = client.call("fleet/status", &request)?;
     if raw {
         print_json(&status)?;
     } else {
         print!("{}", render_status(&status));
     }
-    Ok(EXIT_OK)
+    Ok(if status.get("drift").is_some() { EXIT_CHANGES } else { EXIT_OK })
+}
+
+/// `1 call`, `2 calls`.
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 { format!("1 {noun}") } else { format!("{count} {noun}s") }
 }

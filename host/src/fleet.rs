@@ -45,10 +45,12 @@ pub fn register(registry: &mut Registry) {
     );
     registry.register(
         Method::planner("fleet", "status", MethodKind::Read, Arc::new(status))
-            .summary("The last applied document's hash, applier and time, and the drift found at the last check.")
+            .summary("The last applied document's hash, applier and time, when it was last checked, and the drift found then; `refresh` checks now.")
             .schemas(
-                json!({"type": "object", "additionalProperties": false}),
+                json!({"type": "object", "additionalProperties": false, "properties": {
+                    "refresh": {"type": "boolean", "default": false}}}),
                 json!({"type": "object", "properties": {
+                    "checkedAt": {"type": "string", "format": "date-time"},
                     "applied": {"type": "object", "properties": {
                         "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
                         "appliedAt": {"type": "string", "format": "date-time"},
@@ -254,11 +256,11 @@ fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applie
     let document = request.get("document").cloned().unwrap_or(Value::Null);
     let prune = request.get("prune").and_then(Value::as_bool).unwrap_or(false);
     db.prepare_cached(
-        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)
          ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
            plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
-           applied_at = excluded.applied_at, calls = excluded.calls",
+           applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at",
     )?
     .execute(params![
         caller.tenant,
@@ -281,52 +283,85 @@ fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applie
     Ok(())
 }
 
-fn status(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
-    Input::new(parse_body(body.as_bytes())?)?.finish()?;
-    let output = db::transaction(&db, db::Tx::Read, |db| {
-        let mut output = Map::new();
-        let applied = db
-            .query_row(
-                "SELECT plan_hash, applied_by, applied_at, calls, prune FROM fleet_applied WHERE tenant = ?1",
-                [&caller.tenant],
-                |row| {
-                    Ok(json!({
-                        "planHash": row.get::<_, String>(0)?,
-                        "appliedBy": row.get::<_, String>(1)?,
-                        "appliedAt": row.get::<_, String>(2)?,
-                        "calls": row.get::<_, i64>(3)?,
-                        "prune": row.get::<_, bool>(4)?,
-                    }))
-                },
-            )
-            .optional()?;
-        if let Some(applied) = applied {
-            output.insert("applied".into(), applied);
+/// SPEC §6.4: the applied document, when it was last checked, and the drift found. With
+/// `refresh`, checks now first, as the reconciler would; a read-only deployment checks
+/// without recording anything.
+fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+    let refresh = input.boolean("refresh", false).unwrap_or(false);
+    input.finish()?;
+    let found_now = match refresh {
+        true if app.config.read_only => Some((db::now(), crate::reconciler::drift_now(&app, &caller.tenant)?)),
+        true => {
+            crate::reconciler::check_tenant(&app, &caller.tenant)?;
+            None
         }
-        let drift = db
-            .query_row(
-                "SELECT checked_at, plan_hash, summary, changes FROM fleet_drift WHERE tenant = ?1",
-                [&caller.tenant],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                    ))
-                },
-            )
-            .optional()?;
-        if let Some((checked_at, plan_hash, summary, changes)) = drift {
-            let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
-            output.insert(
-                "drift".into(),
-                json!({ "checkedAt": checked_at, "planHash": plan_hash, "summary": parse(&summary)?, "changes": parse(&changes)? }),
-            );
-        }
-        Ok(Value::Object(output))
-    })?;
+        false => None,
+    };
+    let mut output = db::transaction(&db, db::Tx::Read, |db| recorded_status(db, &caller.tenant))?;
+    if let (Some((checked_at, plan)), Some(status)) = (found_now, output.as_object_mut())
+        && status.contains_key("applied")
+    {
+        status.insert("checkedAt".into(), json!(checked_at));
+        match plan {
+            Some(plan) => status.insert("drift".into(), drift_of(&checked_at, &plan)),
+            None => status.remove("drift"),
+        };
+    }
     Ok(output.to_string())
+}
+
+/// What status answers from the database alone.
+fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
+    let mut output = Map::new();
+    let applied = db
+        .query_row(
+            "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at)
+             FROM fleet_applied WHERE tenant = ?1",
+            [tenant],
+            |row| {
+                let applied = json!({
+                    "planHash": row.get::<_, String>(0)?,
+                    "appliedBy": row.get::<_, String>(1)?,
+                    "appliedAt": row.get::<_, String>(2)?,
+                    "calls": row.get::<_, i64>(3)?,
+                    "prune": row.get::<_, bool>(4)?,
+                });
+                Ok((applied, row.get::<_, String>(5)?))
+            },
+        )
+        .optional()?;
+    if let Some((applied, checked_at)) = applied {
+        output.insert("applied".into(), applied);
+        output.insert("checkedAt".into(), json!(checked_at));
+    }
+    let drift = db
+        .query_row(
+            "SELECT checked_at, plan_hash, summary, changes FROM fleet_drift WHERE tenant = ?1",
+            [tenant],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            },
+        )
+        .optional()?;
+    if let Some((checked_at, plan_hash, summary, changes)) = drift {
+        let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
+        output.insert(
+            "drift".into(),
+            json!({ "checkedAt": checked_at, "planHash": plan_hash, "summary": parse(&summary)?, "changes": parse(&changes)? }),
+        );
+    }
+    Ok(Value::Object(output))
+}
+
+/// Status's `drift` for a plan found at `checked_at`.
+fn drift_of(checked_at: &str, plan: &Value) -> Value {
+    json!({ "checkedAt": checked_at, "planHash": plan["planHash"], "summary": plan["summary"], "changes": plan["changes"] })
 }
 
 /// The tenant's name bindings, for the planner.

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
-use fleet::client::{self, ApplySource, CliError, Client};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use fleet::client::{self, ApplySource, CliError, Client, Confirm};
 use fleet::{App, Config, auth, db, demo};
 use fleet_guest::Kind;
 use std::process::ExitCode;
@@ -43,9 +45,12 @@ enum Command {
     Export {
         #[command(flatten)]
         server: ServerArgs,
-        /// Write the document here (YAML for .yaml/.yml, else JSON) instead of stdout.
+        /// Write the document here instead of stdout.
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
+        /// The document's format [default: yaml for a .yaml/.yml --output, else json].
+        #[arg(long, value_enum)]
+        format: Option<client::Format>,
     },
     /// Shows what applying a document would change. Exit code: 0 no changes, 2 changes, 3 blocked, 1 error.
     Plan {
@@ -63,28 +68,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Applies a document, or exactly a saved plan.
+    /// Applies a document, or exactly a saved plan. Shows the plan and asks first on a terminal.
     Apply {
         #[command(flatten)]
         server: ServerArgs,
         /// The FleetConfig document (JSON or YAML); not with --plan.
         #[arg(required_unless_present = "plan", conflicts_with = "plan")]
         file: Option<PathBuf>,
+        /// Also remove what the document no longer lists (delete, or archive pools).
         #[arg(long, conflicts_with = "plan")]
         prune: bool,
-        /// Apply only if the plan still has this hash.
+        /// Apply only if the plan still has this hash (from `fleet plan`).
         #[arg(long, conflicts_with = "plan")]
         plan_hash: Option<String>,
-        /// A plan saved by `fleet plan --out`: apply exactly it, or fail with CONFIG_DRIFT.
+        /// A plan saved by `fleet plan --out`: apply exactly it, or fail saying what moved.
         #[arg(long)]
         plan: Option<PathBuf>,
+        /// Apply without asking. Without a terminal, apply refuses unless --yes or --plan.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print the result (the plan and the number of calls applied) as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Shows the last applied document and any drift from it.
+    /// Shows the last applied document and any drift from it. Exit code: 0 in sync, 2 drifted, 1 error.
     Status {
         #[command(flatten)]
         server: ServerArgs,
+        /// Check for drift now instead of reporting the last background check.
+        #[arg(long)]
+        refresh: bool,
+        /// Print the status as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -95,8 +109,8 @@ struct ServerArgs {
     /// The fleet server.
     #[arg(long, env = "FLEET_SERVER", default_value = "http://127.0.0.1:8080")]
     server: String,
-    /// A bearer token.
-    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true)]
+    /// A bearer token (or set FLEET_TOKEN).
+    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     token: Option<String>,
 }
 
@@ -180,28 +194,61 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 1, like every other error (SPEC §9): 2 means "changes".
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => {
+            let _ = error.print();
+            return match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(client::EXIT_ERROR),
+            };
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(client::EXIT_ERROR);
+        }
+    };
+    let is_client = matches!(
+        cli.command,
+        Command::Export { .. } | Command::Plan { .. } | Command::Apply { .. } | Command::Status { .. }
+    );
+    let db_given =
+        matches.subcommand().is_some_and(|(_, sub)| sub.value_source("db") == Some(ValueSource::CommandLine))
+            || matches.value_source("db") == Some(ValueSource::CommandLine);
+    if is_client && db_given {
+        eprintln!(
+            "error: --db is for `serve` and `admin`; client commands talk to a server (--server or FLEET_SERVER)"
+        );
+        return ExitCode::from(client::EXIT_ERROR);
+    }
     let file = match &cli.command {
         Command::Plan { file, .. } => Some(file.clone()),
         Command::Apply { file, plan, .. } => file.clone().or_else(|| plan.clone()),
         _ => None,
     };
     let outcome = match cli.command {
-        Command::Export { server, output } => {
-            client(&server).and_then(|client| client::export(&client, output.as_deref()))
+        Command::Export { server, output, format } => {
+            client(&server).and_then(|client| client::export(&client, output.as_deref(), format))
         }
         Command::Plan { server, file, prune, out, json } => {
             client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
         }
-        Command::Apply { server, file, prune, plan_hash, plan, json } => client(&server).and_then(|client| {
+        Command::Apply { server, file, prune, plan_hash, plan, yes, json } => client(&server).and_then(|client| {
             let source = match (plan, file) {
                 (Some(saved), _) => ApplySource::SavedPlan(saved),
                 (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
                 (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
             };
-            client::apply(&client, &source, json)
+            let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+            client::apply(&client, &source, json, confirm)
         }),
-        Command::Status { server, json } => client(&server).and_then(|client| client::status(&client, json)),
+        Command::Status { server, refresh, json } => {
+            client(&server).and_then(|client| client::status(&client, json, refresh))
+        }
         command => {
             return match local(cli.db, command) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -310,14 +357,18 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         let app = App::new(config)?;
         let address = listener.local_addr()?;
         if serve.demo {
-            let app = app.clone();
-            let token = tokio::task::spawn_blocking(move || demo::seed(&app)).await??;
+            let seeded = app.clone();
+            let token = tokio::task::spawn_blocking(move || demo::seed(&seeded)).await??;
             println!("demo tenant {:?}, principal {:?}; token with every permission:", demo::TENANT, demo::PRINCIPAL);
             println!("  export FLEET_TOKEN={token}");
             println!(
                 "  curl -s -X POST http://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
-            println!("  plan preview: http://{address}/preview#token={token}");
+            if fleet::preview::is_built(&app.config.preview_dir) {
+                println!("  plan preview: http://{address}/preview#token={token}");
+            } else {
+                println!("  plan preview: build it with `npm ci && npm run build` in preview/, then open http://{address}/preview");
+            }
         }
         println!("fleet listening on http://{address}");
         fleet::serve(app, listener, fleet::shutdown_signal()).await

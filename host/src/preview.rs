@@ -44,6 +44,11 @@ pub fn default_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/preview")
 }
 
+/// Whether the transpiled planner the page loads is in `preview_dir`.
+pub fn is_built(preview_dir: &Path) -> bool {
+    preview_dir.join("fleet_planner.js").is_file()
+}
+
 /// Whether `path` (of a GET) belongs to the preview.
 pub fn owns(path: &str) -> bool {
     path == PAGE_PATH || path.starts_with("/preview/")

@@ -88,31 +88,59 @@ pub fn check_all(app: &Arc<App>) -> Vec<(String, Outcome)> {
     outcomes
 }
 
+const APPLIED: &str = "SELECT tenant, document, prune, applied_by, applied_at FROM fleet_applied";
+
+fn applied_of(row: &rusqlite::Row) -> rusqlite::Result<Applied> {
+    Ok(Applied {
+        tenant: row.get(0)?,
+        document: row.get(1)?,
+        prune: row.get(2)?,
+        principal: row.get(3)?,
+        applied_at: row.get(4)?,
+    })
+}
+
 fn list_applied(app: &App) -> Result<Vec<Applied>, ApiError> {
     let db = app.db.get()?;
-    let mut statement =
-        db.prepare("SELECT tenant, document, prune, applied_by, applied_at FROM fleet_applied ORDER BY tenant")?;
-    let rows = statement.query_map([], |row| {
-        Ok(Applied {
-            tenant: row.get(0)?,
-            document: row.get(1)?,
-            prune: row.get(2)?,
-            principal: row.get(3)?,
-            applied_at: row.get(4)?,
-        })
-    })?;
+    let mut statement = db.prepare(&format!("{APPLIED} ORDER BY tenant"))?;
+    let rows = statement.query_map([], applied_of)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
+/// Checks one tenant now, as an activation would (`fleet status --refresh`): records
+/// the answer and publishes an event if it changed. `None` if it never applied.
+pub fn check_tenant(app: &Arc<App>, tenant: &str) -> Result<Option<Outcome>, ApiError> {
+    let applied = app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?;
+    applied.map(|applied| check(app, &applied)).transpose()
+}
+
+/// The plan that would bring `tenant` back to its applied document, if it drifted, found
+/// now and recorded nowhere: a read-only deployment's `status --refresh`.
+pub fn drift_now(app: &Arc<App>, tenant: &str) -> Result<Option<Value>, ApiError> {
+    let applied = app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?;
+    let Some(applied) = applied else { return Ok(None) };
+    let plan = replan(app, &applied)?;
+    Ok(drifted(&plan).then_some(plan))
+}
+
+/// The applied document planned again, as the principal who applied it.
+fn replan(app: &Arc<App>, applied: &Applied) -> Result<Value, ApiError> {
     let document: Value = serde_json::from_str(&applied.document).map_err(ApiError::internal)?;
     let request = json!({ "document": document, "prune": applied.prune }).to_string();
     let caller = Caller { tenant: applied.tenant.clone(), principal: applied.principal.clone(), grants: Vec::new() };
-    let plan: Value = serde_json::from_str(&run_planner(app, caller, app.db.get()?, Entry::Plan, &request)?)
-        .map_err(ApiError::internal)?;
-    let has_calls = plan["calls"].as_array().is_some_and(|calls| !calls.is_empty());
-    let has_blocked = plan["blocked"].as_array().is_some_and(|blocked| !blocked.is_empty());
-    let found = (has_calls || has_blocked).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
+    serde_json::from_str(&run_planner(app, caller, app.db.get()?, Entry::Plan, &request)?).map_err(ApiError::internal)
+}
+
+/// The fleet has drifted when planning its applied document again has any call or
+/// blocked change.
+fn drifted(plan: &Value) -> bool {
+    let has = |list: &str| plan[list].as_array().is_some_and(|items| !items.is_empty());
+    has("calls") || has("blocked")
+}
+
+fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
+    let plan = replan(app, applied)?;
+    let found = drifted(&plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
 
     let db = app.db.get()?;
     let published = db::transaction(&db, Tx::Write, |db| {
@@ -123,6 +151,8 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
         if still_applied.as_deref() != Some(applied.applied_at.as_str()) {
             return Ok(false);
         }
+        db.prepare_cached("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1")?
+            .execute(params![applied.tenant, db::now()])?;
         let recorded: Option<String> = db
             .query_row("SELECT plan_hash FROM fleet_drift WHERE tenant = ?1", [&applied.tenant], |row| row.get(0))
             .optional()?;

@@ -229,7 +229,7 @@ fn compile(engine: &Engine, component: &[u8], cache_dir: Option<&Path>) -> anyho
     }
     let compiled = Component::new(engine, component)?;
     if let Err(error) = write_artifact(cache_dir, &artifact, &checksum, &compiled) {
-        tracing::warn!(%error, "cannot cache the compiled planner");
+        tracing::warn!(%error, dir = %cache_dir.display(), "cannot cache the compiled planner");
     }
     Ok(compiled)
 }

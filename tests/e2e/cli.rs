@@ -116,13 +116,16 @@ fn updates_show_field_changes_and_blocked_plans_exit_3() {
     let file = write(dir, "changed.json", &changed.to_string());
     let planned = fleet(&server, &token, &["plan", &file]);
     assert_eq!(planned.status.code(), Some(2));
-    assert!(stdout(&planned).contains("gpus: 64 → 32"), "{}", stdout(&planned));
+    // Each change is one line: the fields are in it, not repeated below.
+    assert_eq!(stdout(&planned).matches("64 -> 32").count(), 1, "{}", stdout(&planned));
+    assert!(stdout(&planned).contains("~ pool gpu-a: update (gpus 64 -> 32)"), "{}", stdout(&planned));
+    assert!(!stdout(&planned).contains('→'), "{}", stdout(&planned));
 
     changed["pools"]["gpu-a"]["class"] = json!("cpu");
     let file = write(dir, "blocked.json", &changed.to_string());
     let planned = fleet(&server, &token, &["plan", &file]);
     assert_eq!(planned.status.code(), Some(3));
-    assert!(stdout(&planned).contains("class is immutable"), "{}", stdout(&planned));
+    assert_eq!(stdout(&planned).matches("class is immutable").count(), 1, "{}", stdout(&planned));
     let applied = fleet(&server, &token, &["apply", &file]);
     assert_eq!(applied.status.code(), Some(1));
     assert!(stderr(&applied).contains("INVALID_STATE"), "{}", stderr(&applied));
@@ -193,4 +196,162 @@ fn control_characters_never_reach_the_terminal_raw() {
     let planned = fleet(&server, &token, &["plan", &duplicate]);
     assert_eq!(planned.status.code(), Some(1));
     assert!(stderr(&planned).contains("/sites/eu/region"), "{}", stderr(&planned));
+}
+
+#[test]
+fn usage_errors_exit_1_and_client_commands_refuse_db() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    for args in [&["plan"][..], &["plan", "x.yaml", "--bogus"], &["frobnicate"], &["status", "--db", "other.db"]] {
+        let output = fleet(&server, &token, args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {}", stderr(&output));
+    }
+    assert!(stderr(&fleet(&server, &token, &["status", "--db", "x.db"])).contains("--db is for `serve` and `admin`"));
+    assert_eq!(fleet(&server, &token, &["--help"]).status.code(), Some(0));
+    assert_eq!(fleet(&server, &token, &["plan", "--help"]).status.code(), Some(0));
+    let missing = fleet(&server, &token, &["plan", "missing.yaml"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let help = stdout(&fleet(&server, &token, &["apply", "--help"]));
+    for flag in ["--prune", "--json", "--yes", "--plan-hash"] {
+        let line = help.lines().find(|line| line.contains(&format!("{flag} ")) || line.ends_with(flag));
+        let text = line.and_then(|line| line.split_once(flag)).map(|(_, text)| text.trim()).unwrap_or_default();
+        assert!(text.len() > 10, "{flag} has help text: {help}");
+    }
+}
+
+#[test]
+fn apply_asks_first_and_refuses_without_a_terminal() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let document = write(server.dir.path(), "estate.yaml", ESTATE_YAML);
+    // No terminal here (stdin is not one): refused, nothing applied.
+    let refused = fleet(&server, &token, &["apply", &document]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    assert_eq!(server.ok(&token, "sites/list", json!({}))["items"], json!([]));
+
+    let applied = fleet(&server, &token, &["apply", &document, "--yes"]);
+    assert_eq!(applied.status.code(), Some(0), "{}", stderr(&applied));
+    assert!(stdout(&applied).contains("Applied 6 calls."), "{}", stdout(&applied));
+
+    // One call is "1 call".
+    let mut changed: Value = serde_yaml_ng::from_str(ESTATE_YAML).unwrap();
+    changed["pools"]["gpu-a"]["gpus"] = json!(32);
+    let file = write(server.dir.path(), "changed.json", &changed.to_string());
+    let applied = fleet(&server, &token, &["apply", &file, "-y"]);
+    assert!(stdout(&applied).contains("Applied 1 call."), "{}", stdout(&applied));
+    let status = fleet(&server, &token, &["status"]);
+    assert!(stdout(&status).contains("(1 call, prune off)"), "{}", stdout(&status));
+}
+
+#[test]
+fn plans_say_what_they_leave_alone() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let mut without = estate();
+    without["flavors"] = json!({});
+    let file = write(server.dir.path(), "without.json", &without.to_string());
+    let planned = fleet(&server, &token, &["plan", &file]);
+    assert_eq!(planned.status.code(), Some(0));
+    let text = stdout(&planned);
+    assert!(!text.contains("matches the document"), "{text}");
+    assert!(text.contains("1 live flavor not in the document is left alone; --prune would delete it."), "{text}");
+    let pruned = stdout(&fleet(&server, &token, &["plan", &file, "--prune"]));
+    assert!(pruned.contains("- flavor g1-large: delete"), "{pruned}");
+    assert!(!pruned.contains("left alone"), "{pruned}");
+}
+
+#[test]
+fn a_stale_saved_plan_says_what_moved_and_a_wrong_hash_says_it_does_not_match() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let mut raised = estate();
+    raised["ownerQuotas"]["team-ml"]["instances"] = json!(70);
+    let file = write(server.dir.path(), "raised.json", &raised.to_string());
+    assert_eq!(fleet(&server, &token, &["plan", &file, "--out", "plan.json"]).status.code(), Some(2));
+
+    // Someone sets 80 behind the plan's back: the same call, from another value.
+    server.ok(
+        &token,
+        "quotas/set",
+        json!({"owner": "team-ml", "vcpus": 256, "memoryMib": 1048576, "gpus": 32,
+                                            "instances": 80}),
+    );
+    let applied = fleet(&server, &token, &["apply", "--plan", "plan.json"]);
+    assert_eq!(applied.status.code(), Some(1));
+    let said = stderr(&applied);
+    assert!(said.contains("instances 100 -> 70"), "{said}");
+    assert!(said.contains("instances 80 -> 70"), "{said}");
+    assert_eq!(server.ok(&token, "quotas/get", json!({"owner": "team-ml"}))["instances"], 80);
+
+    let malformed = fleet(&server, &token, &["apply", &file, "--plan-hash", "sha256:deadbeef"]);
+    assert_eq!(malformed.status.code(), Some(1));
+    assert!(stderr(&malformed).contains("INVALID_ARGUMENT"), "{}", stderr(&malformed));
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let mismatched = fleet(&server, &token, &["apply", &file, "--plan-hash", &wrong]);
+    assert_eq!(mismatched.status.code(), Some(1));
+    assert!(stderr(&mismatched).contains("the plan hash does not match"), "{}", stderr(&mismatched));
+}
+
+#[test]
+fn status_says_when_it_checked_and_exits_2_when_drifted() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let status = fleet(&server, &token, &["status"]);
+    assert_eq!(status.status.code(), Some(0));
+    assert!(stdout(&status).contains("In sync with the applied document at the last check, 20"), "{}", stdout(&status));
+
+    let pool = server.ok(&token, "pools/list", json!({}))["items"][0]["id"].clone();
+    server.ok(&token, "pools/update", json!({"id": pool, "gpus": 48}));
+    // The background check (every 15 minutes) has not run: only --refresh sees it now.
+    assert_eq!(fleet(&server, &token, &["status"]).status.code(), Some(0));
+    let refreshed = fleet(&server, &token, &["status", "--refresh"]);
+    assert_eq!(refreshed.status.code(), Some(2), "{}", stdout(&refreshed));
+    assert!(stdout(&refreshed).contains("gpus 48 -> 64"), "{}", stdout(&refreshed));
+    // The check was recorded: plain status now says so too, with when.
+    let status = fleet(&server, &token, &["status", "--json"]);
+    assert_eq!(status.status.code(), Some(2));
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(status["checkedAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(status["drift"]["summary"]["update"], 1);
+    let events = server.ok(&token, "events/list", json!({}))["events"].clone();
+    assert_eq!(events[0]["type"], "fleet.drifted");
+}
+
+#[test]
+fn export_writes_yaml_or_json_and_says_where() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let yaml = fleet(&server, &token, &["export", "--format", "yaml"]);
+    let parsed: Value = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(parsed["pools"]["gpu-a"]["gpus"], 64);
+    assert!(!stdout(&yaml).trim_start().starts_with('{'));
+    let written = fleet(&server, &token, &["export", "-o", "estate.yml"]);
+    assert!(stderr(&written).contains("Wrote the estate (6 objects) to estate.yml as YAML."), "{}", stderr(&written));
+    let written = fleet(&server, &token, &["export", "-o", "estate.txt", "--format", "json"]);
+    assert!(stderr(&written).contains("as JSON"), "{}", stderr(&written));
+}
+
+#[test]
+fn mistakes_get_a_hint() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let wrapped = write(server.dir.path(), "wrapped.json", &json!({"document": estate()}).to_string());
+    let planned = fleet(&server, &token, &["plan", &wrapped]);
+    assert_eq!(planned.status.code(), Some(1));
+    assert!(stderr(&planned).contains("a FleetConfig file is the document itself"), "{}", stderr(&planned));
+
+    let refused = fleet(&server, "fleet_not-a-token", &["status"]);
+    assert!(stderr(&refused).contains(&format!("refused by {}", server.base)), "{}", stderr(&refused));
+
+    let directory = Command::new(FLEET).args(["--db", "/tmp", "admin", "tenant", "create", "x"]).output().unwrap();
+    assert_eq!(directory.status.code(), Some(1));
+    assert!(stderr(&directory).contains("is a directory"), "{}", stderr(&directory));
+    let orphan =
+        Command::new(FLEET).args(["--db", "/no/such/dir/f.db", "admin", "tenant", "create", "x"]).output().unwrap();
+    assert!(stderr(&orphan).contains("its directory /no/such/dir does not exist"), "{}", stderr(&orphan));
 }

@@ -7,6 +7,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/0001_tenants_tokens.sql")),
         M::up(include_str!("migrations/0002_modules.sql")),
         M::up(include_str!("migrations/0003_fleet.sql")),
+        M::up(include_str!("migrations/0004_checked_at.sql")),
     ])
 }
 

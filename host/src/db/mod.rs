@@ -40,6 +40,7 @@ pub fn open(path: &Path) -> anyhow::Result<Pool> {
 
 /// Opens the database at `path` as `options` say.
 pub fn open_with(path: &Path, options: Options) -> anyhow::Result<Pool> {
+    check_path(path, options.read_only)?;
     let init = move |db: &mut Connection| configure(db, options);
     if options.read_only {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
@@ -63,6 +64,30 @@ pub fn open_with(path: &Path, options: Options) -> anyhow::Result<Pool> {
     let manager = SqliteConnectionManager::file(path).with_init(init);
     // A connection to a local file does not go stale: no test query on every checkout.
     Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?)
+}
+
+/// Says in words what SQLite would call "unable to open database file": a directory,
+/// a missing parent directory, a file that cannot be written.
+fn check_path(path: &Path, read_only: bool) -> anyhow::Result<()> {
+    let shown = path.display();
+    anyhow::ensure!(!path.is_dir(), "the database {shown} is a directory; --db takes a file path");
+    let parent = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    anyhow::ensure!(
+        parent.is_dir(),
+        "the database {shown} cannot be created: its directory {} does not exist",
+        parent.display()
+    );
+    if read_only {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("the database {shown} cannot be opened for writing"))?;
+    Ok(())
 }
 
 fn configure(db: &mut Connection, options: Options) -> rusqlite::Result<()> {
