@@ -25,6 +25,8 @@ const session = {
   plan: null,
   request: '',
   busy: false,
+  /** js-yaml, loaded with the planner from the assets. */
+  yaml: null,
 };
 
 // ---- the server -------------------------------------------------------------------
@@ -90,6 +92,7 @@ async function loadTenant() {
     api('preview/snapshot', {}),
     api('fleet/export', {}),
   ]);
+  session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
   session.planner = await loadPlanner(component, getCoreModule, snapshot);
   session.snapshot = snapshot;
   session.exported = JSON.stringify(exported.document, null, 2);
@@ -103,10 +106,29 @@ async function loadTenant() {
     : '';
 }
 
-/** The request both planners see, as one text: the page plans and applies these bytes. */
+/**
+ * The request both planners see, as one text: the page plans and applies these bytes.
+ * A JSON document goes in as typed, so that the planner sees what JSON.parse would hide
+ * (a key twice); anything else is read as YAML, as the CLI reads files.
+ */
 function planRequest() {
-  const document = JSON.parse($('document').value);
-  return JSON.stringify({ document, prune: $('prune').checked });
+  const text = $('document').value;
+  const prune = $('prune').checked;
+  if (text.trimStart().startsWith('{')) {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      throw new Error(`the document is not valid JSON: ${error.message}`);
+    }
+    return `{"document": ${text}, "prune": ${prune}}`;
+  }
+  let document;
+  try {
+    document = session.yaml.load(text);
+  } catch (error) {
+    throw new Error(`the document is neither JSON nor valid YAML: ${error.message}`);
+  }
+  return JSON.stringify({ document: document ?? {}, prune });
 }
 
 /** How many edits were planned (or refused): tests and tools wait on `data-planned`. */
@@ -127,7 +149,7 @@ function planOnce() {
   try {
     request = planRequest();
   } catch (error) {
-    return showPlanError({ code: 'INVALID_ARGUMENT', message: `the document is not valid JSON: ${error.message}` });
+    return showPlanError({ code: 'INVALID_ARGUMENT', message: error.message });
   }
   const started = performance.now();
   try {
@@ -160,7 +182,26 @@ function element(tag, attributes = {}, ...children) {
   return node;
 }
 
-const show = (value) => (typeof value === 'string' ? value : JSON.stringify(value));
+/** A field value for people: an empty string shows as `""`, not as nothing. */
+const show = (value) => (typeof value === 'string' && value !== '' ? value : JSON.stringify(value));
+
+const NOUNS = {
+  site: 'site', providerAccount: 'provider account', pool: 'pool', ownerQuota: 'owner quota', offer: 'offer',
+  flavor: 'flavor',
+};
+
+/** `1 live flavor not in the document is left alone; prune would delete it.`, per kind and action. */
+function leftAloneLines(leftAlone) {
+  const groups = new Map();
+  for (const entry of leftAlone ?? []) {
+    const key = `${entry.kind} ${entry.action}`;
+    groups.set(key, { ...entry, count: (groups.get(key)?.count ?? 0) + 1 });
+  }
+  return [...groups.values()].map(({ kind, action, count }) => {
+    const noun = `live ${NOUNS[kind] ?? kind}${count === 1 ? '' : 's'}`;
+    return `${count} ${noun} not in the document ${count === 1 ? 'is' : 'are'} left alone; prune would ${action} ${count === 1 ? 'it' : 'them'}.`;
+  });
+}
 
 function renderPlan(plan, text) {
   $('errors').hidden = true;
@@ -172,6 +213,10 @@ function renderPlan(plan, text) {
     counts.length ? counts.join(', ') : 'no changes',
     `${plan.summary.unchanged} unchanged`,
   ];
+  const leftAlone = leftAloneLines(plan.leftAlone);
+  if (leftAlone.length) parts.push(`${plan.leftAlone.length} left alone`);
+  $('left-alone').hidden = leftAlone.length === 0;
+  $('left-alone').textContent = leftAlone.join(' ');
   if (plan.summary.blocked) parts.push(`${plan.summary.blocked} blocked`);
   parts.push(`${calls} ${calls === 1 ? 'call' : 'calls'}`);
   $('summary').textContent = parts.join(' · ');
@@ -235,6 +280,7 @@ function showPlanError(error) {
   $('summary').textContent = '';
   $('changes').replaceChildren();
   $('blocked').hidden = true;
+  $('left-alone').hidden = true;
   $('plan-hash').textContent = '—';
   $('plan-json').textContent = '';
   $('timing').textContent = '';
@@ -287,29 +333,72 @@ async function connect(token) {
   replan();
 }
 
+/** Asks before applying, with the plan's summary; loudly when it deletes or archives. */
+function confirmApply(plan) {
+  const { create, update, restore, delete: deletes, archive } = plan.summary;
+  const calls = plan.calls.length;
+  const lines = [`Apply ${calls} ${calls === 1 ? 'call' : 'calls'} to the tenant?`,
+    `${create} to create, ${update} to update, ${restore} to restore.`];
+  if (deletes + archive > 0) {
+    lines.unshift(`⚠ THIS DELETES ${deletes} AND ARCHIVES ${archive} ${deletes + archive === 1 ? 'OBJECT' : 'OBJECTS'}.`);
+  }
+  return window.confirm(lines.join('\n'));
+}
+
+/** The status after an apply, in words. */
+function describeStatus(status) {
+  if (!status.applied) return 'No document is applied.';
+  const { planHash, appliedBy, appliedAt } = status.applied;
+  const drift = status.drift ? `Drifted (${status.drift.changes.length} changes) at the check of ${status.checkedAt}.` : 'In sync.';
+  return `Applied ${planHash} by ${appliedBy} at ${appliedAt}. ${drift}`;
+}
+
+/** What moved between the plan the page applied and the plan for the estate now. */
+function whatMoved(before, now) {
+  const key = (change) => `${change.kind} ${change.key}`;
+  const nowByKey = new Map(now.changes.map((change) => [key(change), change.text]));
+  const beforeKeys = new Set(before.changes.map(key));
+  const lines = [];
+  for (const change of before.changes) {
+    const text = nowByKey.get(key(change));
+    if (text !== change.text) lines.push(`was:  ${change.text}\nnow:  ${text ?? `nothing to do for ${key(change)}`}`);
+  }
+  for (const change of now.changes) {
+    if (!beforeKeys.has(key(change))) lines.push(`was:  nothing for ${key(change)}\nnow:  ${change.text}`);
+  }
+  return lines.length ? lines.join('\n') : 'the same changes, against an estate whose other values moved';
+}
+
 async function apply() {
   if (!session.plan || session.busy) return;
+  if (session.plan.calls.length > 0 && !confirmApply(session.plan)) return;
   session.busy = true;
   $('apply').disabled = true;
+  const applying = session.plan;
   const request = JSON.parse(session.request);
-  request.planHash = session.plan.planHash;
+  request.planHash = applying.planHash;
   try {
     const applied = await api('fleet/apply', JSON.stringify(request));
     const status = await api('fleet/status', {});
     const calls = `${applied.applied} ${applied.applied === 1 ? 'call' : 'calls'}`;
-    showOutcome(true, `Applied ${calls}. The tenant's status now:`, status);
+    showOutcome(true, `Applied ${calls}.`, describeStatus(status));
     // The state changed: plan the same document against a new snapshot.
     const edited = $('document').value;
     await loadTenant();
     $('document').value = edited;
   } catch (error) {
-    const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
-    showOutcome(false, `${error.code}: ${error.message}`, detail);
     if (error.code === 'CONFIG_DRIFT') {
-      // Someone else changed the tenant: take a new snapshot so the preview is current.
+      // Someone else changed the tenant: take a new snapshot, plan again, and say what moved.
       const edited = $('document').value;
       await loadTenant().catch(() => {});
       $('document').value = edited;
+      replan();
+      const now = session.plan;
+      showOutcome(false, 'Not applied: the estate changed since this plan was made. The plan above is new; review it and apply again.',
+        now ? whatMoved(applying, now) : undefined);
+    } else {
+      const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
+      showOutcome(false, `${error.code}: ${error.message}`, detail);
     }
   } finally {
     session.busy = false;
@@ -317,14 +406,23 @@ async function apply() {
   }
 }
 
-function init() {
-  // A token may come in the URL fragment (#token=...), which is never sent to a server.
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  const fromFragment = fragment.get('token');
-  if (fromFragment) {
+/** Takes a token from the URL fragment (#token=...), which is never sent to a server. */
+function tokenFromFragment() {
+  const token = new URLSearchParams(location.hash.slice(1)).get('token');
+  if (token) {
     history.replaceState(null, '', location.pathname);
-    $('token').value = fromFragment;
+    $('token').value = token;
   }
+  return token;
+}
+
+function init() {
+  const fromFragment = tokenFromFragment();
+  // A #token= link pasted into an open tab changes only the fragment.
+  window.addEventListener('hashchange', () => {
+    const token = tokenFromFragment();
+    if (token) connect(token);
+  });
   $('connect').addEventListener('submit', (event) => {
     event.preventDefault();
     connect($('token').value);

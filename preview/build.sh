@@ -11,8 +11,9 @@ repo="$(dirname "$here")"
 out="${PREVIEW_OUT:-$repo/target/preview}"
 
 if [[ -z "${FLEET_BIN:-}" ]]; then
-  (cd "$repo" && cargo build --locked --quiet --bin fleet)
-  FLEET_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/fleet"
+  # The release binary, the one the README's `cargo run --release` serves with.
+  (cd "$repo" && cargo build --release --locked --quiet --bin fleet)
+  FLEET_BIN="${CARGO_TARGET_DIR:-$repo/target}/release/fleet"
 fi
 
 jco="$here/node_modules/.bin/jco"
@@ -36,6 +37,9 @@ trap 'rm -rf "$work"' EXIT
   --no-typescript \
   --no-wasi-shim \
   --quiet
+
+# YAML documents in the page: js-yaml's one-file ES module (pinned in package-lock.json).
+cp "$here/node_modules/js-yaml/dist/js-yaml.mjs" "$work/out/js-yaml.mjs"
 
 # Replace the output whole, so a server never serves a half-written mix.
 mkdir -p "$(dirname "$out")"

@@ -105,7 +105,7 @@ fn asset_type(name: &str) -> Option<&'static str> {
     }
     if name.ends_with(".wasm") {
         Some("application/wasm")
-    } else if name.ends_with(".js") {
+    } else if name.ends_with(".js") || name.ends_with(".mjs") {
         Some("text/javascript; charset=utf-8")
     } else {
         None

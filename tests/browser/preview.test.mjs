@@ -116,6 +116,11 @@ test('the browser plans byte for byte as the server, then applies through it', a
 
   // Apply through the server with the shown hash, and see the status change.
   const before_status = await server.ok(token, 'fleet/status', {});
+  const asked = [];
+  page.once('dialog', (dialog) => {
+    asked.push(dialog.message());
+    dialog.accept();
+  });
   await page.click('#apply');
   await page.locator('#outcome', { hasText: 'Applied 4 calls' }).waitFor();
   const status = await server.ok(token, 'fleet/status', {});
@@ -123,6 +128,8 @@ test('the browser plans byte for byte as the server, then applies through it', a
   assert.equal(status.applied.planHash, view.hash);
   assert.equal(status.applied.calls, 4);
   assert.match(await page.locator('#outcome').textContent(), new RegExp(view.hash));
+  assert.match(asked[0], /^Apply 4 calls to the tenant\?/, 'Apply asks first, with the summary');
+  assert.doesNotMatch(await page.locator('#outcome').textContent(), /"applied"/, 'the status in words, not JSON');
   // The page took a new snapshot: the same document now plans no calls.
   await page.locator('#summary', { hasText: 'no changes' }).waitFor();
   await page.screenshot({ path: join(ARTIFACTS, 'preview-applied.png'), fullPage: true });
@@ -243,4 +250,83 @@ test('assets: content types, no path traversal, no auth needed', async () => {
   ]) {
     assert.equal((await get(path)).status, 404, path);
   }
+});
+
+test('apply asks first, loudly when it archives or deletes, and a refusal applies nothing', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  const flavors = (await server.ok(token, 'flavors/list', {})).items.length;
+  const without = structuredClone(exported);
+  delete without.flavors['g1-large'];
+  await edit(page, without);
+  // Without prune the flavor is left alone, and the page says so.
+  assert.match(await page.locator('#left-alone').textContent(),
+    /1 live flavor not in the document is left alone; prune would delete it\./);
+  const planned = await page.evaluate(() => document.body.dataset.planned);
+  await page.check('#prune');
+  await page.waitForFunction((previous) => document.body.dataset.planned !== previous, planned);
+  assert.equal(await page.locator('#left-alone').isHidden(), true);
+  let message = '';
+  page.once('dialog', (dialog) => {
+    message = dialog.message();
+    dialog.dismiss();
+  });
+  await page.click('#apply');
+  await page.waitForFunction(() => !document.querySelector('#apply').disabled);
+  assert.match(message, /THIS DELETES 1 AND ARCHIVES 0 OBJECT/);
+  assert.equal((await server.ok(token, 'flavors/list', {})).items.length, flavors, 'dismissed: nothing applied');
+  await page.uncheck('#prune');
+  assert.deepEqual(problems, []);
+});
+
+test('YAML documents plan as their JSON twins; an empty value shows as ""', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  const json = structuredClone(exported);
+  json.sites.lab.description = 'Lab in Berlin';
+  await edit(page, json);
+  const fromJson = await shown(page);
+  const yaml = Object.entries(json)
+    .map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`)
+    .join('\n');
+  await edit(page, yaml);
+  const fromYaml = await shown(page);
+  assert.equal(fromYaml.hash, fromJson.hash);
+  assert.equal(fromYaml.json, fromJson.json);
+  const fields = await page.locator('.change .fields').allTextContents();
+  assert.ok(fields.some((field) => field.includes('description: "" → Lab in Berlin')), fields.join('\n'));
+  // A key twice in JSON is refused in the browser, as on the server.
+  await edit(page, '{"sites": {"lab": {"region": "a", "region": "b"}}}');
+  assert.match(await page.locator('#errors').textContent(), /\/document\/sites\/lab\/region/);
+  assert.deepEqual(problems, []);
+});
+
+test('a #token= link pasted into an open page loads that tenant', async () => {
+  const { page, problems } = await open();
+  const other = server.tenantWithToken('globex', 'gina');
+  await page.evaluate((value) => { location.hash = `token=${value}`; }, other);
+  await page.locator('#who', { hasText: 'tenant globex' }).waitFor();
+  assert.equal(new URL(page.url()).hash, '', 'the token leaves the URL again');
+  assert.deepEqual(problems, []);
+});
+
+test('an apply refused with CONFIG_DRIFT says what moved', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  const edited = structuredClone(exported);
+  edited.ownerQuotas['team-ml'].instances = 70;
+  await edit(page, edited);
+  // Someone changes the estate behind the page's snapshot.
+  const quota = await server.ok(token, 'quotas/get', { owner: 'team-ml' });
+  await server.ok(token, 'quotas/set', { owner: 'team-ml', vcpus: quota.vcpus, memoryMib: quota.memoryMib,
+    gpus: quota.gpus, instances: 80 });
+  page.once('dialog', (dialog) => dialog.accept());
+  await page.click('#apply');
+  await page.locator('#outcome', { hasText: 'the estate changed since this plan was made' }).waitFor();
+  const outcome = await page.locator('#outcome').textContent();
+  assert.match(outcome, /instances \d+ -> 70/);
+  assert.match(outcome, /now: +~ ownerQuota team-ml: update \(instances 80 -> 70\)/);
+  assert.doesNotMatch(outcome, /sha256:/, 'what moved, not hashes');
+  // The browser logs the refused request itself; nothing else went wrong.
+  assert.deepEqual(problems.filter((problem) => !problem.includes('status of 409')), []);
 });
