@@ -459,6 +459,8 @@ pub enum Confirm {
 }
 
 pub fn apply(client: &Client, source: &ApplySource, raw: bool, confirm: Confirm) -> Result<u8, CliError> {
+    // Whether the plan was already shown, before asking.
+    let mut shown = false;
     let applied = match source {
         ApplySource::SavedPlan(file) => apply_saved(client, file)?,
         ApplySource::Document { file, prune, plan_hash } => {
@@ -471,6 +473,7 @@ pub fn apply(client: &Client, source: &ApplySource, raw: bool, confirm: Confirm)
                 if has(&plan, "calls") && !has(&plan, "blocked") {
                     print!("{}", render_plan(&plan));
                     ask(&plan, &client.server())?;
+                    shown = true;
                 }
                 request["planHash"] = plan["planHash"].clone();
             }
@@ -480,7 +483,9 @@ pub fn apply(client: &Client, source: &ApplySource, raw: bool, confirm: Confirm)
     if raw {
         print_json(&applied)?;
     } else {
-        print!("{}", render_plan(&applied["plan"]));
+        if !shown {
+            print!("{}", render_plan(&applied["plan"]));
+        }
         let style = Style::new().fg_color(Some(AnsiColor::Green.into())).bold();
         let calls = applied["applied"].as_u64().unwrap_or_default() as usize;
         println!("{style}Applied {}.{style:#}", plural(calls, "call"));

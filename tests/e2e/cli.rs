@@ -244,6 +244,44 @@ fn apply_asks_first_and_refuses_without_a_terminal() {
     assert!(stdout(&status).contains("(1 call, prune off)"), "{}", stdout(&status));
 }
 
+/// `fleet apply` on a terminal (a pseudo-terminal from util-linux's `script`), answering
+/// `answer` to its question.
+fn apply_on_a_terminal(server: &Server, token: &str, file: &str, answer: &str) -> String {
+    let mut child = Command::new("script")
+        .args(["-qec", &format!("{FLEET} apply {file} --prune"), "/dev/null"])
+        .env("FLEET_SERVER", &server.base)
+        .env("FLEET_TOKEN", token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(format!("{answer}\n").as_bytes()).unwrap();
+    String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+}
+
+#[test]
+fn apply_on_a_terminal_shows_the_plan_and_asks() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let mut without = estate();
+    without["flavors"] = json!({});
+    let file = write(server.dir.path(), "without.json", &without.to_string());
+
+    let declined = apply_on_a_terminal(&server, &token, &file, "no");
+    assert!(declined.contains("- flavor g1-large: delete"), "{declined}");
+    assert!(declined.contains("This plan deletes 1 object and archives 0 objects."), "{declined}");
+    assert!(declined.contains("Only 'yes' applies"), "{declined}");
+    assert!(declined.contains("cancelled"), "{declined}");
+    assert_eq!(server.ok(&token, "flavors/list", json!({}))["items"].as_array().unwrap().len(), 1);
+
+    let accepted = apply_on_a_terminal(&server, &token, &file, "yes");
+    assert!(accepted.contains("Applied 1 call."), "{accepted}");
+    assert_eq!(accepted.matches("- flavor g1-large: delete").count(), 1, "the plan is shown once: {accepted}");
+    assert_eq!(server.ok(&token, "flavors/list", json!({}))["items"], json!([]));
+}
+
 #[test]
 fn plans_say_what_they_leave_alone() {
     let server = Server::start(&[]);
