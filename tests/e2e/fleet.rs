@@ -366,6 +366,21 @@ fn the_demo_serves_a_token_and_an_estate() {
 }
 
 #[test]
+fn the_banner_links_the_preview_only_when_it_is_built() {
+    let empty = tempfile::tempdir().unwrap();
+    let server = Server::start(&["--demo", "--preview-dir", empty.path().to_str().unwrap()]);
+    let preview = server.banner.iter().find(|line| line.contains("plan preview")).expect("a preview line");
+    assert!(!preview.contains("#token="), "{preview}");
+    assert!(preview.contains("npm run build"), "{preview}");
+
+    std::fs::write(empty.path().join("fleet_planner.js"), "// built").unwrap();
+    let dir = server.stop();
+    let server = Server::start_in(dir, &["--demo", "--preview-dir", empty.path().to_str().unwrap()]);
+    let preview = server.banner.iter().find(|line| line.contains("plan preview")).expect("a preview line");
+    assert!(preview.contains("/preview#token="), "{preview}");
+}
+
+#[test]
 fn the_preview_snapshot_lets_another_host_plan_byte_for_byte() {
     let server = Server::start(&[]);
     let token = server.tenant_with_token("acme");

@@ -325,6 +325,10 @@ fn a_read_only_server_writes_nothing() {
     assert_eq!(rows(&server.db_path()), (0, 0), "no drift recorded, no event published");
     let (status, body) = server.call(&token, "pools/update", json!({"id": pool, "gpus": 2}));
     assert_eq!((status, code(&body)), (501, "UNSUPPORTED"));
+    // A status that checks now finds the drift, and records nothing.
+    let refreshed = server.ok(&token, "fleet/status", json!({"refresh": true}));
+    assert_eq!(refreshed["drift"]["summary"]["update"], 1, "{refreshed}");
+    assert_eq!(rows(&server.db_path()), (0, 0));
     assert_eq!(server.ok(&token, "fleet/export", json!({}))["document"]["pools"]["gpu-a"]["gpus"], 1);
 
     // A read-only server never creates or migrates a database.
