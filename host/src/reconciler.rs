@@ -110,15 +110,17 @@ fn list_applied(app: &App) -> Result<Vec<Applied>, ApiError> {
 /// Checks one tenant now, as an activation would (`fleet status --refresh`): records
 /// the answer and publishes an event if it changed. `None` if it never applied.
 pub fn check_tenant(app: &Arc<App>, tenant: &str) -> Result<Option<Outcome>, ApiError> {
-    let applied = app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?;
-    applied.map(|applied| check(app, &applied)).transpose()
+    applied(app, tenant)?.map(|applied| check(app, &applied)).transpose()
+}
+
+fn applied(app: &App, tenant: &str) -> Result<Option<Applied>, ApiError> {
+    Ok(app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?)
 }
 
 /// The plan that would bring `tenant` back to its applied document, if it drifted, found
 /// now and recorded nowhere: a read-only deployment's `status --refresh`.
 pub fn drift_now(app: &Arc<App>, tenant: &str) -> Result<Option<Value>, ApiError> {
-    let applied = app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?;
-    let Some(applied) = applied else { return Ok(None) };
+    let Some(applied) = applied(app, tenant)? else { return Ok(None) };
     let plan = replan(app, &applied)?;
     Ok(drifted(&plan).then_some(plan))
 }

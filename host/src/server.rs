@@ -247,7 +247,7 @@ pub fn openapi(app: &App) -> Value {
 /// Refuses a request head larger than `limit`. hyper refuses much larger heads itself,
 /// before any of our code runs (see docs/decisions/0005-hardening.md).
 fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
-    let size = request.uri().to_string().len()
+    let size = request.uri().path_and_query().map_or(0, |target| target.as_str().len())
         + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
     if size > limit {
         return Err(ApiError::new(
