@@ -226,7 +226,10 @@ async fn run(args: Args) -> Result<()> {
         auth::create_tenant(&db, "bench", now)?;
         auth::create_tenant(&db, "small", now)?;
         let all = ["compute:*:* @ *".to_owned()];
-        (auth::create_token(&db, "bench", "alice", &all, now)?, auth::create_token(&db, "small", "alice", &all, now)?)
+        (
+            auth::create_token(&db, "bench", "alice", &all, now, None)?,
+            auth::create_token(&db, "small", "alice", &all, now, None)?,
+        )
     };
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);

@@ -23,13 +23,14 @@ pub fn status(code: Code) -> StatusCode {
     }
 }
 
-/// An error as the client sees it. Internal causes are logged where they happen and
-/// never put into `message`.
+/// An error as the client sees it, and for an internal error its cause, which is
+/// logged once with the request (never put into `message` or the response).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub code: Code,
     pub message: String,
     pub details: Option<Value>,
+    pub cause: Option<String>,
 }
 
 /// One problem of an invalid request, with the JSON pointer of the offending value.
@@ -37,7 +38,7 @@ pub use fleet_guest::Problem;
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> ApiError {
-        ApiError { code, message: message.into(), details: None }
+        ApiError { code, message: message.into(), details: None, cause: None }
     }
 
     pub fn with_details(mut self, details: Value) -> ApiError {
@@ -62,11 +63,13 @@ impl ApiError {
         ApiError::new(Code::FailedPrecondition, message)
     }
 
-    /// A bug or an unexpected fault. The cause is logged here; the client sees only a
-    /// generic sentence.
+    /// A bug or an unexpected fault. The client sees a generic sentence; the cause goes
+    /// to the log with the request that met it (or with the background task's report).
     pub fn internal(cause: impl std::fmt::Display) -> ApiError {
-        tracing::error!(%cause, "internal error");
-        ApiError::new(Code::Internal, "internal error; the server log has the cause")
+        ApiError {
+            cause: Some(cause.to_string()),
+            ..ApiError::new(Code::Internal, "internal error; the server log has the cause")
+        }
     }
 
     /// The response body `{"error": {...}}`.
@@ -81,7 +84,11 @@ impl ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code.as_str(), self.message)
+        write!(f, "{}: {}", self.code.as_str(), self.message)?;
+        match &self.cause {
+            Some(cause) => write!(f, " ({cause})"),
+            None => Ok(()),
+        }
     }
 }
 

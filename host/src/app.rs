@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 
 use crate::connection::Limits;
 use crate::db::{self, Pool};
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sandbox::{self, Budget, Sandbox};
 use crate::{events, fleet, modules};
@@ -69,6 +70,7 @@ pub struct App {
     pub sandbox: Sandbox,
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
+    pub metrics: Metrics,
 }
 
 impl App {
@@ -82,8 +84,9 @@ impl App {
         }
         fleet::register(&mut registry);
         events::register(&mut registry);
+        crate::audit::register(&mut registry);
         let (events, _) = broadcast::channel(64);
-        Ok(Arc::new(App { config, db, registry, sandbox, events }))
+        Ok(Arc::new(App { config, db, registry, sandbox, events, metrics: Metrics::new() }))
     }
 
     pub fn runs(&self, kind: Kind) -> bool {

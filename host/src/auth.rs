@@ -85,11 +85,20 @@ pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Call
         .map(|(_, token)| token.trim())
         .filter(|token| !token.is_empty())
         .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
-    let row: Option<(String, String, String)> = db
-        .prepare_cached("SELECT tenant, principal, grants FROM tokens WHERE token_hash = ?1")?
-        .query_row([hash_token(token)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+    type Row = (String, String, String, Option<String>, Option<String>);
+    let row: Option<Row> = db
+        .prepare_cached("SELECT tenant, principal, grants, expires_at, revoked_at FROM tokens WHERE token_hash = ?1")?
+        .query_row([hash_token(token)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
         .optional()?;
-    let (tenant, principal, grants) = row.ok_or_else(|| unauthenticated("unknown token"))?;
+    let (tenant, principal, grants, expires_at, revoked_at) = row.ok_or_else(|| unauthenticated("unknown token"))?;
+    // Read in the request's own query: a revocation or expiry is seen by the very next
+    // request of every process on the database.
+    if revoked_at.is_some() {
+        return Err(unauthenticated("the token was revoked"));
+    }
+    if expires_at.is_some_and(|expires_at| expires_at.as_str() <= crate::db::now().as_str()) {
+        return Err(unauthenticated("the token expired"));
+    }
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
     let grants =
         grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
@@ -107,6 +116,8 @@ pub enum AdminError {
     TenantExists(String),
     #[error("tenant {0:?} does not exist; create it with `fleet admin tenant create`")]
     NoTenant(String),
+    #[error("no token has the id {0:?}; `fleet admin token list --tenant <t>` lists them")]
+    NoToken(String),
     #[error("database: {0}")]
     Database(#[from] rusqlite::Error),
 }
@@ -125,13 +136,20 @@ pub fn create_tenant(db: &Connection, tenant: &str, now: &str) -> Result<(), Adm
     Ok(())
 }
 
-/// Creates a token and returns it; only its hash is stored.
+/// The id a token is named by: derived from its stored hash, never the secret.
+fn token_id(token_hash: &str) -> String {
+    format!("tok_{}", &token_hash[..16])
+}
+
+/// Creates a token, valid until `expires_at` if given, and returns it; only its hash is
+/// stored.
 pub fn create_token(
     db: &Connection,
     tenant: &str,
     principal: &str,
     grants: &[String],
     now: &str,
+    expires_at: Option<&str>,
 ) -> Result<String, AdminError> {
     if !is_name(principal) {
         return Err(AdminError::BadName(principal.into()));
@@ -150,11 +168,60 @@ pub fn create_token(
     rand::rng().fill_bytes(&mut secret);
     let token = format!("fleet_{}", data_encoding::BASE32_NOPAD.encode(&secret).to_lowercase());
     let grants = serde_json::to_string(&grants).map_err(|error| AdminError::BadGrant(error.to_string()))?;
+    let token_hash = hash_token(&token);
     db.execute(
-        "INSERT INTO tokens (token_hash, tenant, principal, grants, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![hash_token(&token), tenant, principal, grants, now],
+        "INSERT INTO tokens (token_hash, id, tenant, principal, grants, created_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![token_hash, token_id(&token_hash), tenant, principal, grants, now, expires_at],
     )?;
     Ok(token)
+}
+
+/// A token as `fleet admin token list` shows it: everything but the secret.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenInfo {
+    pub id: String,
+    pub principal: String,
+    pub grants: Vec<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+/// A tenant's tokens, oldest first.
+pub fn list_tokens(db: &Connection, tenant: &str) -> Result<Vec<TokenInfo>, AdminError> {
+    let exists: bool =
+        db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", [tenant], |row| row.get(0))?;
+    if !exists {
+        return Err(AdminError::NoTenant(tenant.into()));
+    }
+    let mut statement = db.prepare(
+        "SELECT id, principal, grants, created_at, expires_at, revoked_at FROM tokens
+         WHERE tenant = ?1 ORDER BY created_at, id",
+    )?;
+    let rows = statement.query_map([tenant], |row| {
+        let grants: String = row.get(2)?;
+        Ok(TokenInfo {
+            id: row.get(0)?,
+            principal: row.get(1)?,
+            grants: serde_json::from_str(&grants).unwrap_or_default(),
+            created_at: row.get(3)?,
+            expires_at: row.get(4)?,
+            revoked_at: row.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Revokes a token by id, at once: every server process reads tokens per request.
+pub fn revoke_token(db: &Connection, id: &str, now: &str) -> Result<(), AdminError> {
+    let revoked =
+        db.execute("UPDATE tokens SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1", params![id, now])?;
+    if revoked == 0 {
+        return Err(AdminError::NoToken(id.into()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -331,12 +331,11 @@ fn render_status(status: &Value) -> String {
         Some(drift) => {
             let style = style_for("!");
             out.push_str(&format!(
-                "{style}Drifted{style:#}: the check at {checked_at} found the estate differing from the applied document:\n"
+                "{style}Drifted{style:#} since {}: the check at {checked_at} found the estate differing from the applied document:\n",
+                printable(&drift["since"])
             ));
             for change in drift["changes"].as_array().into_iter().flatten() {
-                let text = printable(&change["text"]);
-                let style = style_for(&text);
-                out.push_str(&format!("  {style}{text}{style:#}\n"));
+                out.push_str(&format!("  {}\n", drift_line(change)));
             }
         }
         None => out.push_str(&format!(
@@ -344,6 +343,48 @@ fn render_status(status: &Value) -> String {
         )),
     }
     out
+}
+
+/// `pool gpu-a: gpus 64 → 48, changed by bob via compute.pools.update at 12:03:00Z`: the
+/// applied value, then the actual one.
+fn drift_line(change: &Value) -> String {
+    let fields: Vec<String> = change["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|field| {
+            format!("{} {} → {}", printable(&field["field"]), shown(&field["applied"]), shown(&field["actual"]))
+        })
+        .collect();
+    let what = if fields.is_empty() {
+        printable(&change["text"])
+    } else {
+        format!(
+            "{} {}: {}",
+            kind_noun(change["kind"].as_str().unwrap_or_default()),
+            printable(&change["key"]),
+            fields.join(", ")
+        )
+    };
+    match change["changedBy"].as_str() {
+        Some(principal) => format!(
+            "{what}, changed by {} via {} at {}",
+            escape_controls(principal),
+            printable(&change["method"]),
+            printable(&change["changedAt"])
+        ),
+        None => format!("{what} (no record of who changed it)"),
+    }
+}
+
+/// A value for people: strings quoted only when empty, absent as `(none)`.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => "(none)".into(),
+        Value::String(text) if text.is_empty() => "\"\"".into(),
+        Value::String(text) => escape_controls(text),
+        other => escape_controls(&other.to_string()),
+    }
 }
 
 fn print_json(value: &Value) -> Result<(), CliError> {

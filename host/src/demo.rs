@@ -88,7 +88,7 @@ pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
         Ok(()) | Err(auth::AdminError::TenantExists(_)) => {}
         Err(error) => return Err(error.into()),
     }
-    let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now)?;
+    let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now, None)?;
     let applied: bool =
         db.query_row("SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)", [TENANT], |row| row.get(0))?;
     if !applied && !app.config.read_only {

@@ -18,6 +18,7 @@ use crate::app::App;
 use crate::auth;
 use crate::db;
 use crate::input::{Input, MAX_COUNT};
+use crate::metrics::Metrics;
 use crate::registry::{Ctx, Method, MethodKind, Registry};
 use crate::server::{Body, bearer};
 
@@ -44,7 +45,8 @@ pub fn register(registry: &mut Registry) {
 }
 
 /// Stores an event in the caller's transaction; subscribers are woken after commit.
-pub fn publish(db: &Connection, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+pub fn publish(metrics: &Metrics, db: &Connection, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+    metrics.published(kind);
     db.prepare_cached("INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
         tenant,
         kind,

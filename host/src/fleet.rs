@@ -227,17 +227,24 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());
     let recorded = result.and_then(|output| {
         let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;
-        record(&session.db, &session.caller, &request, &applied)?;
-        Ok(output)
+        record(&app.metrics, &session.db, &session.caller, &request, &applied)?;
+        Ok((output, applied["applied"].as_u64().unwrap_or_default()))
     });
-    let output = db::finish(&session.db, recorded)?;
+    let (output, calls) = db::finish(&session.db, recorded)?;
+    app.metrics.apply_calls.inc_by(calls);
     let _ = app.events.send(());
     Ok(output)
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document,
 /// and the drift state (an apply counts as a check that converged).
-fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applied: &Value) -> Result<(), ApiError> {
+fn record(
+    metrics: &crate::metrics::Metrics,
+    db: &Connection,
+    caller: &Caller,
+    request: &Map<String, Value>,
+    applied: &Value,
+) -> Result<(), ApiError> {
     let plan = &applied["plan"];
     for change in plan["changes"].as_array().into_iter().flatten() {
         let (Some(kind), Some(key), Some(id)) =
@@ -253,6 +260,7 @@ fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applie
             .execute(params![caller.tenant, kind, key, id])?;
         }
     }
+    crate::audit::stamp_plan_hash(db, &caller.tenant, plan["planHash"].as_str().unwrap_or_default())?;
     let document = request.get("document").cloned().unwrap_or(Value::Null);
     let prune = request.get("prune").and_then(Value::as_bool).unwrap_or(false);
     db.prepare_cached(
@@ -274,10 +282,11 @@ fn record(db: &Connection, caller: &Caller, request: &Map<String, Value>, applie
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", [&caller.tenant])? > 0;
     if was_drifted {
         events::publish(
+            metrics,
             db,
             &caller.tenant,
             events::CONVERGED,
-            &json!({ "planHash": plan["planHash"], "summary": plan["summary"] }),
+            &json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": db::now() }),
         )?;
     }
     Ok(())
@@ -304,7 +313,7 @@ fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String,
     {
         status.insert("checkedAt".into(), json!(checked_at));
         match plan {
-            Some(plan) => status.insert("drift".into(), drift_of(&checked_at, &plan)),
+            Some(plan) => status.insert("drift".into(), drift_of(&db, &caller.tenant, &checked_at, &plan)?),
             None => status.remove("drift"),
         };
     }
@@ -337,7 +346,7 @@ fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
     }
     let drift = db
         .query_row(
-            "SELECT checked_at, plan_hash, summary, changes FROM fleet_drift WHERE tenant = ?1",
+            "SELECT checked_at, plan_hash, summary, changes, coalesce(since, checked_at) FROM fleet_drift WHERE tenant = ?1",
             [tenant],
             |row| {
                 Ok((
@@ -345,23 +354,27 @@ fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
                     row.get::<_, String>(1)?,
                     row.get::<_, String>(2)?,
                     row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
                 ))
             },
         )
         .optional()?;
-    if let Some((checked_at, plan_hash, summary, changes)) = drift {
+    if let Some((checked_at, plan_hash, summary, changes, since)) = drift {
         let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
         output.insert(
             "drift".into(),
-            json!({ "checkedAt": checked_at, "planHash": plan_hash, "summary": parse(&summary)?, "changes": parse(&changes)? }),
+            json!({ "checkedAt": checked_at, "since": since, "planHash": plan_hash, "summary": parse(&summary)?,
+                    "changes": parse(&changes)? }),
         );
     }
     Ok(Value::Object(output))
 }
 
-/// Status's `drift` for a plan found at `checked_at`.
-fn drift_of(checked_at: &str, plan: &Value) -> Value {
-    json!({ "checkedAt": checked_at, "planHash": plan["planHash"], "summary": plan["summary"], "changes": plan["changes"] })
+/// Status's `drift` for a plan found at `checked_at` and recorded nowhere (read-only).
+fn drift_of(db: &Connection, tenant: &str, checked_at: &str, plan: &Value) -> Result<Value, ApiError> {
+    let changes = crate::reconciler::drift_changes(db, tenant, plan)?;
+    Ok(json!({ "checkedAt": checked_at, "since": checked_at, "planHash": plan["planHash"], "summary": plan["summary"],
+               "changes": changes }))
 }
 
 /// The tenant's name bindings, for the planner.

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod client;
 pub mod connection;
@@ -11,6 +12,7 @@ pub mod demo;
 pub mod events;
 pub mod fleet;
 pub mod input;
+pub mod metrics;
 pub mod modules;
 pub mod preview;
 pub mod reconciler;

@@ -147,6 +147,9 @@ struct Serve {
     /// Connections open at once; more wait until one closes.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// The server log's format on stderr: one event per request, and the rest.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// How long a request waits for another process's lock on the database before it
     /// answers UNAVAILABLE.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
@@ -163,6 +166,12 @@ struct Serve {
     /// The browser preview's assets, built by `npm run build` in preview/ (default: the workspace's target/preview).
     #[arg(long, env = "FLEET_PREVIEW_DIR")]
     preview_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -190,6 +199,22 @@ enum TokenCommand {
         /// A grant `PERMISSION@SCOPE`, e.g. `compute:fleet:admin@compute-fleet`; repeatable.
         #[arg(long = "grant", required = true)]
         grants: Vec<String>,
+        /// How long the token is valid (e.g. 12h, 30d); without it, until revoked.
+        #[arg(long, value_parser = positive_duration)]
+        expires: Option<Duration>,
+    },
+    /// Lists a tenant's tokens: id, principal, grants, created, expires; never the secret.
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a token by its id, at once for every server on the database.
+    Revoke {
+        /// The token's id (`tok_...`, from `fleet admin token list`).
+        id: String,
     },
 }
 
@@ -274,12 +299,12 @@ fn client(args: &ServerArgs) -> Result<Client, CliError> {
 
 /// The commands that run here rather than against a server.
 fn local(db_path: PathBuf, command: Command) -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet=info,warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet=info,warn".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match &command {
+        Command::Serve(Serve { log_format: LogFormat::Json, .. }) => logs.json().flatten_event(true).init(),
+        _ => logs.init(),
+    }
     match command {
         Command::Serve(serve) => run_server(db_path, serve),
         Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => {
@@ -288,11 +313,46 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             println!("created tenant {tenant}");
             Ok(())
         }
-        Command::Admin(Admin::Token(TokenCommand::Create { tenant, principal, grants })) => {
+        Command::Admin(Admin::Token(TokenCommand::Create { tenant, principal, grants, expires })) => {
             let pool = db::open(&db_path)?;
-            let token = auth::create_token(&*pool.get()?, &tenant, &principal, &grants, &db::now())?;
-            println!("created a token for {principal} in tenant {tenant}; it is shown only once:");
+            let now = std::time::SystemTime::now();
+            let expires_at = expires.map(|valid| humantime::format_rfc3339_seconds(now + valid).to_string());
+            let token =
+                auth::create_token(&*pool.get()?, &tenant, &principal, &grants, &db::now(), expires_at.as_deref())?;
+            let until = expires_at.map(|at| format!(", valid until {at}")).unwrap_or_default();
+            println!("created a token for {principal} in tenant {tenant}{until}; it is shown only once:");
             println!("{token}");
+            Ok(())
+        }
+        Command::Admin(Admin::Token(TokenCommand::List { tenant, json })) => {
+            let pool = db::open(&db_path)?;
+            let tokens = auth::list_tokens(&*pool.get()?, &tenant)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&tokens)?);
+                return Ok(());
+            }
+            println!("{:<21} {:<16} {:<21} {:<29} GRANTS", "ID", "PRINCIPAL", "CREATED", "EXPIRES");
+            for token in tokens {
+                let expires = match (&token.revoked_at, &token.expires_at) {
+                    (Some(revoked), _) => format!("revoked {revoked}"),
+                    (None, Some(expires)) => expires.clone(),
+                    (None, None) => "never".into(),
+                };
+                println!(
+                    "{:<21} {:<16} {:<21} {:<29} {}",
+                    token.id,
+                    token.principal,
+                    token.created_at,
+                    expires,
+                    token.grants.join(", ")
+                );
+            }
+            Ok(())
+        }
+        Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => {
+            let pool = db::open(&db_path)?;
+            auth::revoke_token(&*pool.get()?, &id, &db::now())?;
+            println!("revoked {id}; every server on this database refuses it from the next request on");
             Ok(())
         }
         Command::Component { output } => {

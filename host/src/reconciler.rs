@@ -140,6 +140,34 @@ fn drifted(plan: &Value) -> bool {
     has("calls") || has("blocked")
 }
 
+/// Per drifted object of a drift plan (SPEC §6.5): the fields with their applied and
+/// actual values, and who last changed the object, when and through which method (from
+/// the audit trail; null when it has no record). The change's line for people stays.
+pub fn drift_changes(db: &rusqlite::Connection, tenant: &str, plan: &Value) -> Result<Vec<Value>, ApiError> {
+    let mut changes = Vec::new();
+    for change in plan["changes"].as_array().into_iter().flatten() {
+        let kind = change["kind"].as_str().unwrap_or_default();
+        // Quotas have no id: the audit trail names them by owner, their key.
+        let id = change["id"].as_str().or_else(|| change["key"].as_str()).unwrap_or_default();
+        let fields: Vec<Value> = change["fields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|field| json!({"field": field["field"], "applied": field["to"], "actual": field["from"]}))
+            .collect();
+        let last = crate::audit::last_change(db, tenant, kind, id)?;
+        let (changed_by, changed_at, method) = match last {
+            Some((principal, at, method)) => (json!(principal), json!(at), json!(method)),
+            None => (Value::Null, Value::Null, Value::Null),
+        };
+        changes.push(json!({
+            "kind": kind, "key": change["key"], "id": id, "action": change["action"], "fields": fields,
+            "changedBy": changed_by, "changedAt": changed_at, "method": method, "text": change["text"],
+        }));
+    }
+    Ok(changes)
+}
+
 fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
     let plan = replan(app, applied)?;
     let found = drifted(&plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
@@ -155,26 +183,49 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
         }
         db.prepare_cached("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1")?
             .execute(params![applied.tenant, db::now()])?;
-        let recorded: Option<String> = db
-            .query_row("SELECT plan_hash FROM fleet_drift WHERE tenant = ?1", [&applied.tenant], |row| row.get(0))
+        let recorded: Option<(String, Option<String>)> = db
+            .query_row("SELECT plan_hash, since FROM fleet_drift WHERE tenant = ?1", [&applied.tenant], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
             .optional()?;
-        let data = json!({ "planHash": plan["planHash"], "summary": plan["summary"] });
-        match &found {
+        let now = db::now();
+        let data = match &found {
             Some(plan_hash) => {
+                let changes = drift_changes(db, &applied.tenant, &plan)?;
+                // Drifted since the first check that saw it, or the earliest change
+                // made outside fleet after the apply, whichever came first.
+                let since = match &recorded {
+                    Some((_, Some(since))) => since.clone(),
+                    _ => changes
+                        .iter()
+                        .filter_map(|change| change["changedAt"].as_str())
+                        .filter(|at| *at >= applied.applied_at.as_str())
+                        .min()
+                        .map_or_else(|| now.clone(), str::to_owned),
+                };
+                let changes = Value::Array(changes);
                 db.execute(
-                    "INSERT INTO fleet_drift (tenant, checked_at, plan_hash, summary, changes) VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO fleet_drift (tenant, checked_at, plan_hash, summary, changes, since)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT (tenant) DO UPDATE SET checked_at = excluded.checked_at, plan_hash = excluded.plan_hash,
-                       summary = excluded.summary, changes = excluded.changes",
-                    params![applied.tenant, db::now(), plan_hash, plan["summary"].to_string(), plan["changes"].to_string()],
+                       summary = excluded.summary, changes = excluded.changes, since = excluded.since",
+                    params![applied.tenant, now, plan_hash, plan["summary"].to_string(), changes.to_string(), since],
                 )?;
+                json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes })
             }
             None => {
                 db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", [&applied.tenant])?;
+                let applied_hash: String =
+                    db.query_row("SELECT plan_hash FROM fleet_applied WHERE tenant = ?1", [&applied.tenant], |row| {
+                        row.get(0)
+                    })?;
+                json!({ "planHash": applied_hash, "since": now })
             }
-        }
+        };
+        let recorded = recorded.map(|(plan_hash, _)| plan_hash);
         match transition(recorded.as_deref(), found.as_deref()) {
             Some(kind) => {
-                events::publish(db, &applied.tenant, kind, &data)?;
+                events::publish(&app.metrics, db, &applied.tenant, kind, &data)?;
                 Ok(true)
             }
             None => Ok(false),
@@ -198,7 +249,7 @@ mod tests {
     use super::*;
     use crate::app::Config;
     use crate::auth::Grant;
-    use crate::registry::Ctx;
+    use crate::registry::{Ctx, Via};
     use crate::server::dispatch;
 
     #[test]
@@ -250,8 +301,10 @@ mod tests {
             let db = self.app.db.get().unwrap();
             let caller = caller(tenant);
             let method = self.app.registry.by_name(method).unwrap();
-            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { app: &self.app, caller: &caller, db }, input))
-                .unwrap()
+            db::transaction(&db, Tx::Write, |db| {
+                method.run_in(&Ctx { app: &self.app, caller: &caller, db, via: Via::Api }, input)
+            })
+            .unwrap()
         }
 
         fn set_gpus(&self, tenant: &str, gpus: u64) {

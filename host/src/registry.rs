@@ -29,12 +29,30 @@ impl MethodKind {
     }
 }
 
-/// What a handler sees: the application, the authenticated caller, and a database
-/// connection inside the transaction the server (or apply) opened.
+/// What a handler sees: the application, the authenticated caller, a database
+/// connection inside the transaction the server (or apply) opened, and how it was
+/// called (for the audit trail).
 pub struct Ctx<'a> {
     pub app: &'a App,
     pub caller: &'a Caller,
     pub db: &'a Connection,
+    pub via: Via,
+}
+
+/// How a module method was called: over HTTP, or by a fleet apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Api,
+    Apply,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Api => "api",
+            Via::Apply => "fleet.apply",
+        }
+    }
 }
 
 /// A method that runs inside a transaction opened for it: a read or write transaction

@@ -18,7 +18,8 @@ use crate::api::{ApiError, Code};
 use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::db::Conn;
-use crate::registry::{Ctx, MethodKind};
+use crate::metrics::Exhausted;
+use crate::registry::{Ctx, MethodKind, Via};
 
 wasmtime::component::bindgen!({
     world: "fleet-planner",
@@ -140,6 +141,9 @@ impl Sandbox {
     /// Runs one entry point in a fresh instance and returns the session (so the caller
     /// gets its connection back) with the result.
     pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
+        let started = std::time::Instant::now();
+        let app = session.app.clone();
+        app.metrics.sandbox_instances.inc();
         let guest = Guest { session, limits: Limits { memory_bytes: self.budget.memory_bytes, exhausted: false } };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
@@ -167,8 +171,20 @@ impl Sandbox {
                 Err(error) => Err(ApiError::internal(format_args!("the planner returned invalid JSON: {error}"))),
             },
             Ok(Err(error)) => Err(from_wit_error(error)),
-            Err(trap) => Err(trap_error(&trap, exhausted, entry)),
+            Err(trap) => {
+                let error = trap_error(&trap, exhausted, entry);
+                match (error.code, exhausted) {
+                    (_, true) => app.metrics.exhausted(Exhausted::Memory),
+                    (Code::ResourceExhausted, false) if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+                        app.metrics.exhausted(Exhausted::Cpu);
+                    }
+                    (Code::Internal, false) => app.metrics.sandbox_traps.inc(),
+                    _ => {}
+                }
+                Err(error)
+            }
         };
+        crate::metrics::add_sandbox_time(started.elapsed());
         (session, result)
     }
 }
@@ -289,7 +305,7 @@ fn from_wit_error(error: types::Error) -> ApiError {
         "" => None,
         text => serde_json::from_str::<Value>(text).ok().filter(Value::is_object),
     };
-    ApiError { code, message: error.message, details }
+    ApiError { code, message: error.message, details, cause: None }
 }
 
 fn into_wit_error(error: ApiError) -> types::Error {
@@ -504,7 +520,7 @@ impl Guest {
         }
         let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
         auth::authorize(&session.caller, method)?;
-        let ctx = Ctx { app: &session.app, caller: &session.caller, db: &session.db };
+        let ctx = Ctx { app: &session.app, caller: &session.caller, db: &session.db, via: Via::Apply };
         method.run_in(&ctx, input)
     }
 }

@@ -18,6 +18,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 use crate::api::{ApiError, Code, Problem};
 use crate::app::App;
@@ -26,7 +27,7 @@ use crate::connection::{Activity, TimedIo, Tracked};
 use crate::db::{self, Conn, Tx};
 use crate::events;
 use crate::preview;
-use crate::registry::{Ctx, Method, MethodKind, Run};
+use crate::registry::{Ctx, Method, MethodKind, Run, Via};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -121,6 +122,7 @@ impl AcceptBackoff {
 /// What a path serves, and with which HTTP method.
 enum Route {
     Health,
+    Metrics,
     Catalogue,
     OpenApi,
     EventStream,
@@ -132,6 +134,7 @@ impl Route {
     fn of(app: &App, path: &str) -> Option<Route> {
         Some(match path {
             "/healthz" => Route::Health,
+            "/metrics" => Route::Metrics,
             "/api/methods" => Route::Catalogue,
             "/api/openapi.json" => Route::OpenApi,
             events::STREAM_PATH => Route::EventStream,
@@ -149,10 +152,69 @@ impl Route {
     }
 }
 
+/// What one request's log event says (SPEC §13): filled in as the request is served.
+struct RequestLog {
+    /// The registry name of the method, or `other`.
+    method: String,
+    tenant: Option<String>,
+    principal: Option<String>,
+    error: Option<ApiError>,
+    sandbox: Duration,
+}
+
+impl RequestLog {
+    /// One structured event per request, at `error` for an internal error (whose cause
+    /// is logged here, once, and nowhere else) and `info` otherwise.
+    fn emit(&self, status: StatusCode, elapsed: Duration) {
+        let code = self.error.as_ref().map(|error| error.code.as_str());
+        let cause = self.error.as_ref().and_then(|error| error.cause.as_deref());
+        macro_rules! event {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "fleet::request",
+                    method = %self.method,
+                    tenant = self.tenant.as_deref(),
+                    principal = self.principal.as_deref(),
+                    status = status.as_u16(),
+                    code,
+                    duration_ms = elapsed.as_secs_f64() * 1e3,
+                    sandbox_ms = self.sandbox.as_secs_f64() * 1e3,
+                    cause,
+                    "request"
+                )
+            };
+        }
+        if cause.is_some() {
+            event!(error);
+        } else {
+            event!(info);
+        }
+    }
+
+    fn failed(&mut self, error: ApiError) -> Response<Body> {
+        let response = error_response(&error);
+        self.error = Some(error);
+        response
+    }
+}
+
 async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Body> {
+    let started = std::time::Instant::now();
+    let mut log =
+        RequestLog { method: "other".into(), tenant: None, principal: None, error: None, sandbox: Duration::ZERO };
+    // What the server logs while serving the request carries its span.
+    let span = tracing::info_span!("request", path = %request.uri().path());
+    let response = route(&app, request, &mut log).instrument(span.clone()).await;
+    let elapsed = started.elapsed();
+    app.metrics.request(&log.method, response.status().as_u16(), elapsed);
+    span.in_scope(|| log.emit(response.status(), elapsed));
+    response
+}
+
+async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -> Response<Body> {
     let path = request.uri().path().to_owned();
-    let Some(route) = Route::of(&app, &path) else {
-        return error_response(&ApiError::not_found(format!("no route for {} {path}", request.method())));
+    let Some(route) = Route::of(app, &path) else {
+        return log.failed(ApiError::not_found(format!("no route for {} {path}", request.method())));
     };
     let (allowed, allow) = route.http_method();
     if *request.method() != allowed {
@@ -160,22 +222,51 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Body> {
         let error = ApiError::new(Code::InvalidArgument, message);
         let mut response = error_response_as(StatusCode::METHOD_NOT_ALLOWED, &error);
         response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+        log.error = Some(error);
         return response;
     }
     if let Err(error) = check_head(&request, app.config.limits.max_head_bytes) {
-        return error_response_as(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &error);
+        let response = error_response_as(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &error);
+        log.error = Some(error);
+        return response;
     }
     match route {
         Route::Health => text(StatusCode::OK, "ok"),
         Route::Catalogue => json(StatusCode::OK, &app.registry.catalogue()),
-        Route::OpenApi => json(StatusCode::OK, &openapi(&app)),
-        Route::EventStream => events::stream(app, request).await.unwrap_or_else(|error| error_response(&error)),
+        Route::OpenApi => json(StatusCode::OK, &openapi(app)),
+        Route::Metrics => metrics(app.clone()).await.unwrap_or_else(|error| log.failed(error)),
+        Route::EventStream => events::stream(app.clone(), request).await.unwrap_or_else(|error| log.failed(error)),
         Route::Preview => preview::serve(&app.config.preview_dir, &path).await,
-        Route::Method => match call(app, request).await {
-            Ok(output) => json_text(StatusCode::OK, output),
-            Err(error) => error_response(&error),
-        },
+        Route::Method => {
+            if let Some(method) = app.registry.by_path(&path) {
+                log.method.clone_from(&method.name);
+            }
+            match call(app.clone(), request, log).await {
+                Ok(output) => json_text(StatusCode::OK, output),
+                Err(error) => log.failed(error),
+            }
+        }
     }
+}
+
+/// `GET /metrics`: the exposition, with the drift gauges read from the database.
+async fn metrics(app: Arc<App>) -> Result<Response<Body>, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let db = app.db.get()?;
+        let (applied, drifted): (i64, i64) = db.query_row(
+            "SELECT (SELECT count(*) FROM fleet_applied), (SELECT count(*) FROM fleet_drift)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        let text = app.metrics.render(drifted, applied - drifted);
+        let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+        Ok(response)
+    })
+    .await
+    .map_err(ApiError::internal)?
 }
 
 /// The OpenAPI description: the registry's methods, and the routes served here besides.
@@ -188,6 +279,7 @@ pub fn openapi(app: &App) -> Value {
             "200": {"description": "success", "content": {media: {"schema": schema}}}, "default": error}}})
     };
     let routes = [
+        ("/metrics", text("Prometheus text exposition (SPEC §13).", "text/plain", json!({"type": "string"}))),
         (
             "/healthz",
             text("Answers `ok` while the server serves.", "text/plain", json!({"type": "string", "enum": ["ok"]})),
@@ -259,20 +351,32 @@ fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
 }
 
 /// A method call: authenticate, route, authorize, read the body, run.
-async fn call(app: Arc<App>, request: Request<Incoming>) -> Result<String, ApiError> {
+async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -> Result<String, ApiError> {
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
     let limits = app.config.limits;
     let body = read_body(request, app.config.body_limit, limits.body_timeout).await?;
-    tokio::task::spawn_blocking(move || {
-        let db = app.db.get()?;
-        let caller = auth::authenticate(&db, Some(&authorization))?;
-        let method = app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
-        auth::authorize(&caller, method)?;
-        dispatch(&app, caller, db, method, &body)
+    let (identity, result, sandbox) = tokio::task::spawn_blocking(move || {
+        let mut identity = None;
+        let result = (|| {
+            let db = app.db.get()?;
+            let caller = auth::authenticate(&db, Some(&authorization))?;
+            identity = Some((caller.tenant.clone(), caller.principal.clone()));
+            let method =
+                app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
+            auth::authorize(&caller, method)?;
+            dispatch(&app, caller, db, method, &body)
+        })();
+        (identity, result, crate::metrics::take_sandbox_time())
     })
     .await
-    .unwrap_or_else(|panic| Err(ApiError::internal(format_args!("handler panicked: {panic}"))))
+    .unwrap_or_else(|panic| (None, Err(ApiError::internal(format_args!("handler panicked: {panic}"))), Duration::ZERO));
+    if let Some((tenant, principal)) = identity {
+        log.tenant = Some(tenant);
+        log.principal = Some(principal);
+    }
+    log.sandbox = sandbox;
+    result
 }
 
 /// Runs a method as `caller` on a request body: module methods get the parsed body in a
@@ -292,7 +396,8 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body:
                 MethodKind::Mutation => Tx::Write,
             };
             let input = parse_body(body)?;
-            let result = db::transaction(&db, mode, |db| handler(&Ctx { app, caller: &caller, db }, input));
+            let result =
+                db::transaction(&db, mode, |db| handler(&Ctx { app, caller: &caller, db, via: Via::Api }, input));
             if result.is_ok() && method.kind == MethodKind::Mutation {
                 let _ = app.events.send(());
             }

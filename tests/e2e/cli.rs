@@ -348,7 +348,12 @@ fn status_says_when_it_checked_and_exits_2_when_drifted() {
     assert_eq!(fleet(&server, &token, &["status"]).status.code(), Some(0));
     let refreshed = fleet(&server, &token, &["status", "--refresh"]);
     assert_eq!(refreshed.status.code(), Some(2), "{}", stdout(&refreshed));
-    assert!(stdout(&refreshed).contains("gpus 48 -> 64"), "{}", stdout(&refreshed));
+    assert!(
+        stdout(&refreshed).contains("pool gpu-a: gpus 64 → 48, changed by alice via compute.pools.update at 20"),
+        "{}",
+        stdout(&refreshed)
+    );
+    assert!(stdout(&refreshed).contains("Drifted since 20"), "{}", stdout(&refreshed));
     // The check was recorded: plain status now says so too, with when.
     let status = fleet(&server, &token, &["status", "--json"]);
     assert_eq!(status.status.code(), Some(2));

@@ -40,10 +40,11 @@ fn health_catalogue_and_openapi_need_no_token() {
     for method in methods {
         assert!(paths.contains_key(method["path"].as_str().unwrap()), "{method}");
     }
-    for route in ["/healthz", "/api/methods", "/api/openapi.json", "/api/compute/events/stream", "/preview"] {
+    for route in ["/healthz", "/metrics", "/api/methods", "/api/openapi.json", "/api/compute/events/stream", "/preview"]
+    {
         assert!(paths[route]["get"]["responses"]["200"].is_object(), "{route} is described");
     }
-    assert_eq!(paths.len(), methods.len() + 7, "every method and every GET route, nothing else");
+    assert_eq!(paths.len(), methods.len() + 8, "every method and every GET route, nothing else");
     let plan = &openapi["paths"]["/api/compute/fleet/plan"]["post"];
     let document = &plan["requestBody"]["content"]["application/json"]["schema"]["properties"]["document"];
     assert_eq!(

@@ -99,7 +99,7 @@ fn slow_heads_and_idle_connections_are_closed_by_their_timeouts() {
 fn a_flood_of_idle_connections_under_a_low_descriptor_limit_leaves_the_server_serving_and_quiet() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
-    let launch = Launch { open_files: Some(256), stderr: Some(log.clone()) };
+    let launch = Launch { open_files: Some(256), stderr: Some(log.clone()), env: Vec::new() };
     let server = Server::launch(dir, &["--head-timeout", "2s"], &launch);
 
     // 300 connections that never finish their head: more than the server has descriptors.

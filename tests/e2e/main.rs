@@ -8,4 +8,5 @@ mod fleet;
 mod foundation;
 mod hardening;
 mod modules;
+mod observability;
 mod support;

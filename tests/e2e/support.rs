@@ -28,6 +28,8 @@ pub struct Launch {
     pub open_files: Option<u32>,
     /// Where its stderr goes (else to the test's).
     pub stderr: Option<PathBuf>,
+    /// Environment variables set for it (after the harness's own).
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Server {
@@ -58,6 +60,7 @@ impl Server {
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(flags)
             .env("RUST_LOG", "fleet=warn")
+            .envs(launch.env.iter().copied())
             .stdout(Stdio::piped());
         match &launch.stderr {
             Some(path) => command.stderr(std::fs::File::create(path).expect("a log file")),

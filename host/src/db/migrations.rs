@@ -8,6 +8,8 @@ pub fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/0002_modules.sql")),
         M::up(include_str!("migrations/0003_fleet.sql")),
         M::up(include_str!("migrations/0004_checked_at.sql")),
+        M::up(include_str!("migrations/0005_token_lifecycle.sql")),
+        M::up(include_str!("migrations/0006_audit.sql")),
     ])
 }
 

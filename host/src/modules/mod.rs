@@ -22,6 +22,7 @@ use rusqlite::{Connection, OptionalExtension, Row, ToSql, params_from_iter};
 use serde_json::{Map, Value, json};
 
 use crate::api::{ApiError, Code, Problem};
+use crate::audit::FieldChange;
 use crate::db;
 use crate::input::{Input, MAX_COUNT, pointer};
 use crate::registry::{Ctx, Method, MethodKind, Registry};
@@ -632,6 +633,7 @@ fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
         ctx.db.prepare_cached(&sql)?.execute([tenant, &holder])?;
     }
     write(ctx.db, module, tenant, &object, idempotency_key.as_deref())?;
+    audit(ctx, module, "create", None, Some(&object))?;
     Ok(object.to_json(module))
 }
 
@@ -676,6 +678,7 @@ fn update(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
     write(ctx.db, module, tenant, &object, None)?;
+    audit(ctx, module, "update", Some(&stored), Some(&object))?;
     Ok(object.to_json(module))
 }
 
@@ -705,6 +708,7 @@ fn set(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiErro
     }
     check_references(ctx, module, &object, None)?;
     write(ctx.db, module, tenant, &object, None)?;
+    audit(ctx, module, "set", stored.as_ref(), Some(&object))?;
     Ok(object.to_json(module))
 }
 
@@ -715,6 +719,7 @@ fn delete(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     (module.before_delete)(ctx, &object)?;
     let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", module.table, module.key_field());
     ctx.db.prepare_cached(&sql)?.execute([&ctx.caller.tenant, &object.key])?;
+    audit(ctx, module, "delete", Some(&object), None)?;
     Ok(object.to_json(module))
 }
 
@@ -732,7 +737,36 @@ fn set_archived(module: &'static Module, ctx: &Ctx, body: Value, archived: bool)
         check_references(ctx, module, &object, None)?;
     }
     write(ctx.db, module, &ctx.caller.tenant, &object, None)?;
+    audit(ctx, module, if archived { "archive" } else { "restore" }, Some(&stored), Some(&object))?;
     Ok(object.to_json(module))
+}
+
+/// The audit record of a change from `before` to `after` (either absent for a create
+/// or a delete): every field that differs, `archived` included.
+fn audit(
+    ctx: &Ctx,
+    module: &Module,
+    method: &str,
+    before: Option<&Object>,
+    after: Option<&Object>,
+) -> Result<(), ApiError> {
+    let archived = |object: Option<&Object>| object.map(|object| Value::Bool(object.archived));
+    let (archived_before, archived_after) = (archived(before), archived(after));
+    let mut changes: Vec<FieldChange> = module
+        .fields
+        .iter()
+        .map(|field| FieldChange {
+            field: field.name,
+            from: before.and_then(|object| object.fields.get(field.name)),
+            to: after.and_then(|object| object.fields.get(field.name)),
+        })
+        .filter(|change| change.from != change.to)
+        .collect();
+    if module.archivable && before.is_some() && after.is_some() && archived_before != archived_after {
+        changes.push(FieldChange { field: "archived", from: archived_before.as_ref(), to: archived_after.as_ref() });
+    }
+    let key = after.or(before).map(|object| object.key.as_str()).unwrap_or_default();
+    crate::audit::record(ctx, &format!("compute.{}.{method}", module.group()), module.kind.name(), key, &changes)
 }
 
 fn archive(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {

@@ -10,7 +10,7 @@ use crate::api::{ApiError, Code};
 use crate::app::{App, Config};
 use crate::auth::{self, Caller};
 use crate::db::{self, Tx};
-use crate::registry::Ctx;
+use crate::registry::{Ctx, Via};
 
 #[test]
 fn ids_have_a_prefix_and_26_base32_characters() {
@@ -48,7 +48,7 @@ impl Fixture {
     ) -> Result<T, ApiError> {
         let db = self.app.db.get().expect("a connection");
         db::transaction(&db, Tx::Write, |db| {
-            let ctx = Ctx { app: &self.app, caller: &self.caller, db };
+            let ctx = Ctx { app: &self.app, caller: &self.caller, db, via: Via::Api };
             let call = |name: &str, input: Value| {
                 let method = self.app.registry.by_name(name).expect("the method is registered");
                 method.run_in(&ctx, input)

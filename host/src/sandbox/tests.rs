@@ -108,7 +108,7 @@ fn the_guest_sees_only_the_callers_tenant() {
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
     };
-    let ctx = Ctx { app: &fixture.app, caller: &other, db: &db };
+    let ctx = Ctx { app: &fixture.app, caller: &other, db: &db, via: Via::Apply };
     let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
     create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
 

@@ -1,0 +1,148 @@
+//! The audit trail (SPEC §13): one record per successful mutation, written by the module
+//! handlers in the transaction of the change itself, with the field-level changes;
+//! listed per tenant by `compute.audit.list`, and read by the drift reconciler to say
+//! who changed a drifted object.
+
+use std::sync::Arc;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Map, Value, json};
+
+use crate::api::ApiError;
+use crate::db;
+use crate::input::{Input, MAX_COUNT};
+use crate::registry::{Ctx, Method, MethodKind, Registry};
+
+const DEFAULT_LIMIT: u64 = 100;
+const MAX_LIMIT: u64 = 1000;
+
+pub fn register(registry: &mut Registry) {
+    let record = json!({"type": "object", "required": ["seq", "at", "principal", "method", "kind", "id", "via", "changes"],
+        "properties": {
+            "seq": {"type": "integer", "minimum": 1}, "at": {"type": "string", "format": "date-time"},
+            "principal": {"type": "string"}, "method": {"type": "string"}, "kind": {"type": "string"},
+            "id": {"type": "string"}, "via": {"type": "string", "enum": ["api", "fleet.apply"]},
+            "planHash": {"type": "string"},
+            "changes": {"type": "array", "items": {"type": "object", "required": ["field", "from", "to"],
+                "properties": {"field": {"type": "string"}, "from": {}, "to": {}}}}}});
+    registry.register(
+        Method::new("audit", "list", MethodKind::Read, Arc::new(list))
+            .phase("v0.2")
+            .summary("Lists the tenant's audit records after a sequence number, oldest first, optionally for one object id or kind.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "properties": {
+                    "after": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                    "id": {"type": "string", "pattern": crate::modules::TEXT_PATTERN},
+                    "kind": {"type": "string", "pattern": crate::modules::TEXT_PATTERN}}}),
+                json!({"type": "object", "required": ["records"], "properties": {
+                    "records": {"type": "array", "items": record}}}),
+            ),
+    );
+}
+
+/// One field's change: `from` is null on a create, `to` on a delete.
+pub struct FieldChange<'a> {
+    pub field: &'a str,
+    pub from: Option<&'a Value>,
+    pub to: Option<&'a Value>,
+}
+
+/// Appends a record of a mutation the caller just made, in its transaction. An apply's
+/// records get its plan hash when the apply records itself (`stamp_plan_hash`).
+pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldChange]) -> Result<(), ApiError> {
+    let changes: Vec<Value> =
+        changes.iter().map(|change| json!({"field": change.field, "from": change.from, "to": change.to})).collect();
+    ctx.db
+        .prepare_cached(
+            "INSERT INTO audit (tenant, at, principal, method, kind, object_id, via, changes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            ctx.caller.tenant,
+            db::now(),
+            ctx.caller.principal,
+            method,
+            kind,
+            id,
+            ctx.via.as_str(),
+            Value::Array(changes).to_string()
+        ])?;
+    Ok(())
+}
+
+/// Inside an apply's transaction: its records get the plan hash it applied.
+pub fn stamp_plan_hash(db: &Connection, tenant: &str, plan_hash: &str) -> Result<(), ApiError> {
+    db.prepare_cached(
+        "UPDATE audit SET plan_hash = ?2 WHERE tenant = ?1 AND via = 'fleet.apply' AND plan_hash IS NULL",
+    )?
+    .execute(params![tenant, plan_hash])?;
+    Ok(())
+}
+
+/// Who last changed an object, when and through which method: `(principal, at, method)`.
+pub fn last_change(
+    db: &Connection,
+    tenant: &str,
+    kind: &str,
+    id: &str,
+) -> Result<Option<(String, String, String)>, ApiError> {
+    Ok(db
+        .prepare_cached(
+            "SELECT principal, at, method FROM audit WHERE tenant = ?1 AND kind = ?2 AND object_id = ?3
+             ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row(params![tenant, kind, id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?)
+}
+
+fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let mut input = Input::new(body)?;
+    let after = input.count("after", false).unwrap_or(0);
+    let limit = input.count("limit", false);
+    if limit.is_some_and(|limit| limit == 0 || limit > MAX_LIMIT) {
+        input.problem("limit", format!("must be between 1 and {MAX_LIMIT}"));
+    }
+    let id = input.string("id", false);
+    let kind = input.string("kind", false);
+    input.finish()?;
+    let mut statement = ctx.db.prepare_cached(
+        "SELECT seq, at, principal, method, kind, object_id, via, plan_hash, changes FROM audit
+         WHERE tenant = ?1 AND seq > ?2 AND (?3 IS NULL OR object_id = ?3) AND (?4 IS NULL OR kind = ?4)
+         ORDER BY seq LIMIT ?5",
+    )?;
+    let rows = statement.query_map(
+        params![ctx.caller.tenant, after as i64, id, kind, limit.unwrap_or(DEFAULT_LIMIT) as i64],
+        |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, String>(5)?,
+                row.get::<_, String>(6)?,
+                row.get::<_, Option<String>>(7)?,
+                row.get::<_, String>(8)?,
+            ))
+        },
+    )?;
+    let mut records = Vec::new();
+    for row in rows {
+        let (seq, at, principal, method, kind, id, via, plan_hash, changes) = row?;
+        let mut record = Map::new();
+        record.insert("seq".into(), json!(seq));
+        record.insert("at".into(), json!(at));
+        record.insert("principal".into(), json!(principal));
+        record.insert("method".into(), json!(method));
+        record.insert("kind".into(), json!(kind));
+        record.insert("id".into(), json!(id));
+        record.insert("via".into(), json!(via));
+        if let Some(plan_hash) = plan_hash {
+            record.insert("planHash".into(), json!(plan_hash));
+        }
+        record.insert("changes".into(), serde_json::from_str(&changes).map_err(ApiError::internal)?);
+        records.push(Value::Object(record));
+    }
+    Ok(json!({ "records": records }))
+}

@@ -1,0 +1,138 @@
+//! `GET /metrics` (SPEC §13): Prometheus text exposition of what the server does. Labels
+//! name methods, status codes, budgets and event types; never a tenant or a principal.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Every metric the server exports, registered once per process.
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    durations: HistogramVec,
+    pub sandbox_instances: IntCounter,
+    sandbox_exhausted: IntCounterVec,
+    pub sandbox_traps: IntCounter,
+    pub apply_calls: IntCounter,
+    drift_tenants: IntGaugeVec,
+    events_published: IntCounterVec,
+}
+
+/// The budget a sandboxed call ran out of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    Cpu,
+    Memory,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let counter = IntCounter::new(name, help).expect("a valid metric name");
+            registry.register(Box::new(counter.clone())).expect("registered once");
+            counter
+        };
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            let counters = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric name");
+            registry.register(Box::new(counters.clone())).expect("registered once");
+            counters
+        };
+        let requests = counters(
+            "fleet_http_requests_total",
+            "HTTP requests by registry method and status code",
+            &["method", "code"],
+        );
+        let durations = HistogramVec::new(
+            HistogramOpts::new("fleet_http_request_duration_seconds", "HTTP request durations by registry method")
+                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["method"],
+        )
+        .expect("a valid metric name");
+        registry.register(Box::new(durations.clone())).expect("registered once");
+        let drift_tenants = IntGaugeVec::new(
+            Opts::new("fleet_drift_tenants", "Tenants by the answer of their last drift check"),
+            &["state"],
+        )
+        .expect("a valid metric name");
+        registry.register(Box::new(drift_tenants.clone())).expect("registered once");
+        let metrics = Metrics {
+            requests,
+            durations,
+            sandbox_instances: counter("fleet_sandbox_instances_total", "Planner instances created"),
+            sandbox_exhausted: counters(
+                "fleet_sandbox_exhausted_total",
+                "Sandboxed calls that ran out of a budget",
+                &["budget"],
+            ),
+            sandbox_traps: counter("fleet_sandbox_traps_total", "Sandboxed calls that trapped (not for a budget)"),
+            apply_calls: counter("fleet_apply_calls_total", "Module calls run by fleet applies"),
+            drift_tenants,
+            events_published: counters("fleet_events_published_total", "Events published, by type", &["type"]),
+            registry,
+        };
+        // Every known label value from the start, so that a counter reads 0 before its
+        // first event rather than not at all.
+        for budget in ["cpu", "memory"] {
+            metrics.sandbox_exhausted.with_label_values(&[budget]);
+        }
+        for kind in [crate::events::DRIFTED, crate::events::CONVERGED] {
+            metrics.events_published.with_label_values(&[kind]);
+        }
+        metrics
+    }
+
+    /// A request answered: `method` is the registry name, or `other`.
+    pub fn request(&self, method: &str, status: u16, elapsed: Duration) {
+        self.requests.with_label_values(&[method, &status.to_string()]).inc();
+        self.durations.with_label_values(&[method]).observe(elapsed.as_secs_f64());
+    }
+
+    pub fn exhausted(&self, budget: Exhausted) {
+        let label = match budget {
+            Exhausted::Cpu => "cpu",
+            Exhausted::Memory => "memory",
+        };
+        self.sandbox_exhausted.with_label_values(&[label]).inc();
+    }
+
+    pub fn published(&self, kind: &str) {
+        self.events_published.with_label_values(&[kind]).inc();
+    }
+
+    /// The exposition, with the drift gauges as the database has them now (so every
+    /// replica reports the same numbers).
+    pub fn render(&self, drifted: i64, converged: i64) -> String {
+        self.drift_tenants.with_label_values(&["drifted"]).set(drifted);
+        self.drift_tenants.with_label_values(&["converged"]).set(converged);
+        let mut out = Vec::new();
+        // Encoding into a Vec fails only on a metric the registry refused to hold.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+thread_local! {
+    /// Time spent in the sandbox by the request this thread serves (each request's
+    /// blocking work runs on one thread).
+    static SANDBOX_TIME: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
+/// Adds a sandboxed call's time to the current request's.
+pub fn add_sandbox_time(elapsed: Duration) {
+    SANDBOX_TIME.with(|time| time.set(time.get() + elapsed));
+}
+
+/// The current request's sandbox time so far, reset for the next.
+pub fn take_sandbox_time() -> Duration {
+    SANDBOX_TIME.with(|time| time.replace(Duration::ZERO))
+}
