@@ -41,9 +41,7 @@ impl Client {
     pub fn server(&self) -> String {
         self.server.to_string().trim_end_matches('/').to_owned()
     }
-}
 
-impl Client {
     pub fn new(server: &str, token: Option<String>) -> Result<Client, CliError> {
         let server: Uri = server.parse().map_err(|error| CliError::Input(format!("--server {server:?}: {error}")))?;
         match server.scheme_str() {

@@ -233,3 +233,62 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { head_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(60), ..Limits::default() }
+    }
+
+    /// Reads once, with paused time running ahead only while the read is pending.
+    async fn read(io: &mut TimedIo<tokio::io::DuplexStream>) -> io::Result<usize> {
+        let mut buffer = [0; 64];
+        io.read(&mut buffer).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_is_due_within_the_head_timeout_from_the_connection_and_an_idle_one_waits_longer() {
+        let (client, server) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity.clone(), limits());
+        let started = Instant::now();
+        let error = read(&mut io).await.expect_err("nothing arrived");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+
+        drop(client);
+
+        // A request served, then the connection idles: the idle timeout applies.
+        let (_client, server) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity.clone(), limits());
+        drop(activity.begin());
+        let started = Instant::now();
+        let error = read(&mut io).await.expect_err("idle");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_is_never_timed_out_here() {
+        let (mut client, server) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity.clone(), limits());
+        let in_flight = activity.begin();
+        let reading = tokio::spawn(async move { read(&mut io).await.map(|read| (read, io)) });
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!reading.is_finished(), "an hour in flight and still reading");
+        client.write_all(b"x").await.expect("written");
+        let (read, mut io) = reading.await.expect("joined").expect("read");
+        assert_eq!(read, 1);
+        // Finished: the wait that follows is an idle one.
+        drop(in_flight);
+        let started = Instant::now();
+        assert_eq!(super::tests::read(&mut io).await.expect_err("idle").kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+}

@@ -502,3 +502,18 @@ fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_backoff_doubles_to_a_second_and_resets() {
+        let mut backoff = AcceptBackoff::default();
+        let error = std::io::Error::from_raw_os_error(24);
+        let pauses: Vec<u128> = (0..10).map(|_| backoff.failed(&error).as_millis()).collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        backoff.succeeded();
+        assert_eq!(backoff.failed(&error), Duration::from_millis(10));
+    }
+}
