@@ -67,6 +67,10 @@ fn plan_apply_status_and_export_with_ci_exit_codes() {
     assert!(text.contains("+ pool gpu-a: create"), "{text}");
     assert!(text.contains("Plan: 6 to create, 0 to update"), "{text}");
     assert!(text.contains("Plan hash: sha256:"), "{text}");
+    // Headings for people, as the preview has them.
+    for heading in ["Sites", "Provider accounts", "Pools", "Owner quotas", "Offers", "Flavors"] {
+        assert!(text.lines().any(|line| line == heading), "{heading}: {text}");
+    }
     assert!(!text.contains('\u{1b}'), "no colour when stdout is not a terminal: {text}");
 
     let raw = fleet(&server, &token, &["plan", &document, "--json"]);
