@@ -137,6 +137,9 @@ pub(crate) fn is_name(text: &str) -> bool {
     }
 }
 
+/// What a malformed `planHash` is told.
+pub const PLAN_HASH_FORM: &str = "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it";
+
 /// Whether `text` has the form of a plan's `planHash`: `sha256:` and 64 lowercase hex digits.
 pub fn is_plan_hash(text: &str) -> bool {
     text.strip_prefix("sha256:")
@@ -199,10 +202,7 @@ pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(Plan
             },
             "planHash" if plan_hash_allowed => match value {
                 Json::String(plan_hash) if is_plan_hash(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
-                _ => problems.push(
-                    pointer(&["planHash"]),
-                    "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it",
-                ),
+                _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
             },
             _ => problems.push(pointer(&[key]), "unknown field"),
         }

@@ -34,7 +34,7 @@ mod memcmp;
 pub use error::{Error, ErrorCode, Problem};
 pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
 
-pub use document::is_plan_hash;
+pub use document::{PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.

@@ -107,7 +107,7 @@ fn printable(value: &Value) -> String {
 }
 
 fn escape_controls(text: &str) -> String {
-    if !text.contains(char::is_control) {
+    if !fleet_guest::json::has_control(text) {
         return text.to_owned();
     }
     let mut escaped = String::with_capacity(text.len());

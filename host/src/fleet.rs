@@ -189,7 +189,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
         Some(_) => {
             return Err(ApiError::invalid(vec![crate::api::Problem {
                 path: "/planHash".into(),
-                message: "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it".into(),
+                message: fleet_guest::PLAN_HASH_FORM.into(),
             }]));
         }
     };
