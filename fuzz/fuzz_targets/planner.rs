@@ -9,6 +9,9 @@
 #[allow(dead_code, clippy::all)]
 mod common;
 
+use std::collections::HashSet;
+use std::hash::Hash;
+
 use fleet_guest::Snapshot;
 use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
@@ -22,8 +25,37 @@ struct Case {
     prune: bool,
 }
 
+/// What the host's tables guarantee of every state it hands the planner: one object per
+/// id in each table (their primary keys), and bindings of valid names, one per name and
+/// one per id of a kind (fleet binds only names, and an id derives from its name).
+/// States that break these cannot occur, and plan nothing meaningful.
+fn well_formed(state: &Snapshot) -> bool {
+    fn unique<T: Eq + Hash>(items: impl Iterator<Item = T>) -> bool {
+        let mut seen = HashSet::new();
+        items.into_iter().all(|item| seen.insert(item))
+    }
+    let name = |text: &str| {
+        let bytes = text.as_bytes();
+        (1..=63).contains(&bytes.len())
+            && bytes[0].is_ascii_lowercase()
+            && bytes.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-')
+    };
+    unique(state.sites.iter().map(|site| &site.id))
+        && unique(state.provider_accounts.iter().map(|account| &account.id))
+        && unique(state.pools.iter().map(|pool| &pool.id))
+        && unique(state.owner_quotas.iter().map(|quota| &quota.owner))
+        && unique(state.offers.iter().map(|offer| &offer.id))
+        && unique(state.flavors.iter().map(|flavor| &flavor.id))
+        && state.bindings.iter().all(|binding| name(&binding.name))
+        && unique(state.bindings.iter().map(|binding| (binding.kind, &binding.name)))
+        && unique(state.bindings.iter().map(|binding| (binding.kind, &binding.id)))
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(case) = serde_json::from_slice::<Case>(data) else { return };
+    if !well_formed(&case.state) {
+        return;
+    }
     let request = json!({"document": case.document, "prune": case.prune}).to_string();
     let Ok(plan) = fleet_guest::plan(&case.state, &request) else { return };
     let plan: Value = serde_json::from_str(&plan).expect("a plan is JSON");
