@@ -10,11 +10,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
 use crate::db;
-use crate::input::{Input, MAX_COUNT};
+use crate::input::{Input, Page};
 use crate::registry::{Ctx, Method, MethodKind, Registry};
-
-const DEFAULT_LIMIT: u64 = 100;
-const MAX_LIMIT: u64 = 1000;
 
 pub fn register(registry: &mut Registry) {
     let record = json!({"type": "object", "required": ["seq", "at", "principal", "method", "kind", "id", "via", "changes"],
@@ -25,16 +22,15 @@ pub fn register(registry: &mut Registry) {
             "planHash": {"type": "string"},
             "changes": {"type": "array", "items": {"type": "object", "required": ["field", "from", "to"],
                 "properties": {"field": {"type": "string"}, "from": {}, "to": {}}}}}});
+    let mut filters = Page::schema_properties();
+    filters.insert("id".into(), crate::modules::text_schema());
+    filters.insert("kind".into(), crate::modules::text_schema());
     registry.register(
         Method::new("audit", "list", MethodKind::Read, Arc::new(list))
             .phase("v0.2")
             .summary("Lists the tenant's audit records after a sequence number, oldest first, optionally for one object id or kind.")
             .schemas(
-                json!({"type": "object", "additionalProperties": false, "properties": {
-                    "after": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
-                    "id": {"type": "string", "pattern": crate::modules::TEXT_PATTERN},
-                    "kind": {"type": "string", "pattern": crate::modules::TEXT_PATTERN}}}),
+                json!({"type": "object", "additionalProperties": false, "properties": filters}),
                 json!({"type": "object", "required": ["records"], "properties": {
                     "records": {"type": "array", "items": record}}}),
             ),
@@ -98,11 +94,7 @@ pub fn last_change(
 
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let after = input.count("after", false).unwrap_or(0);
-    let limit = input.count("limit", false);
-    if limit.is_some_and(|limit| limit == 0 || limit > MAX_LIMIT) {
-        input.problem("limit", format!("must be between 1 and {MAX_LIMIT}"));
-    }
+    let page = input.page();
     let id = input.string("id", false);
     let kind = input.string("kind", false);
     input.finish()?;
@@ -111,9 +103,8 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
          WHERE tenant = ?1 AND seq > ?2 AND (?3 IS NULL OR object_id = ?3) AND (?4 IS NULL OR kind = ?4)
          ORDER BY seq LIMIT ?5",
     )?;
-    let rows = statement.query_map(
-        params![ctx.caller.tenant, after as i64, id, kind, limit.unwrap_or(DEFAULT_LIMIT) as i64],
-        |row| {
+    let rows =
+        statement.query_map(params![ctx.caller.tenant, page.after as i64, id, kind, page.limit as i64], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
                 row.get::<_, String>(1)?,
@@ -125,8 +116,7 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
                 row.get::<_, Option<String>>(7)?,
                 row.get::<_, String>(8)?,
             ))
-        },
-    )?;
+        })?;
     let mut records = Vec::new();
     for row in rows {
         let (seq, at, principal, method, kind, id, via, plan_hash, changes) = row?;

@@ -17,7 +17,7 @@ use crate::api::{ApiError, Problem};
 use crate::app::App;
 use crate::auth;
 use crate::db;
-use crate::input::{Input, MAX_COUNT};
+use crate::input::{Input, MAX_COUNT, Page};
 use crate::metrics::Metrics;
 use crate::registry::{Ctx, Method, MethodKind, Registry};
 use crate::server::{Body, bearer};
@@ -26,8 +26,6 @@ pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
 pub const STREAM_PATH: &str = "/api/compute/events/stream";
 
-const DEFAULT_LIMIT: u64 = 100;
-const MAX_LIMIT: u64 = 1000;
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
 pub fn register(registry: &mut Registry) {
@@ -36,9 +34,7 @@ pub fn register(registry: &mut Registry) {
             .phase("v0.2")
             .summary("Lists the tenant's events after a sequence number, oldest first.")
             .schemas(
-                json!({"type": "object", "additionalProperties": false, "properties": {
-                    "after": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}}}),
+                json!({"type": "object", "additionalProperties": false, "properties": Page::schema_properties()}),
                 json!({"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}}),
             ),
     );
@@ -80,13 +76,9 @@ fn read(db: &Connection, tenant: &str, after: u64, limit: u64) -> Result<Vec<Val
 
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let after = input.count("after", false).unwrap_or(0);
-    let limit = input.count("limit", false);
-    if limit.is_some_and(|limit| limit == 0 || limit > MAX_LIMIT) {
-        input.problem("limit", format!("must be between 1 and {MAX_LIMIT}"));
-    }
+    let page = input.page();
     input.finish()?;
-    let events = read(ctx.db, &ctx.caller.tenant, after, limit.unwrap_or(DEFAULT_LIMIT))?;
+    let events = read(ctx.db, &ctx.caller.tenant, page.after, page.limit)?;
     Ok(json!({ "events": events }))
 }
 
@@ -146,7 +138,7 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
         loop {
             let batch = {
                 let (app, tenant) = (app.clone(), caller.tenant.clone());
-                tokio::task::spawn_blocking(move || read(&*app.db.get()?, &tenant, after, MAX_LIMIT)).await
+                tokio::task::spawn_blocking(move || read(&*app.db.get()?, &tenant, after, Page::MAX_LIMIT)).await
             };
             let Ok(Ok(events)) = batch else { break };
             for event in &events {

@@ -114,12 +114,47 @@ impl Input {
         valid.then_some(map)
     }
 
+    /// A list's window (`after` a sequence number, at most `limit` items), as
+    /// `compute.events.list` and `compute.audit.list` read it.
+    pub fn page(&mut self) -> Page {
+        let after = self.count("after", false).unwrap_or(0);
+        let limit = self.count("limit", false);
+        if limit.is_some_and(|limit| limit == 0 || limit > Page::MAX_LIMIT) {
+            self.problem("limit", format!("must be between 1 and {}", Page::MAX_LIMIT));
+        }
+        Page { after, limit: limit.unwrap_or(Page::DEFAULT_LIMIT) }
+    }
+
     /// Fails with every problem found, unknown fields included.
     pub fn finish(mut self) -> Result<(), ApiError> {
         for field in self.fields.keys() {
             self.problems.push(Problem { path: pointer(field), message: "is not a known field".into() });
         }
         if self.problems.is_empty() { Ok(()) } else { Err(ApiError::invalid(self.problems)) }
+    }
+}
+
+/// A window on a list ordered by sequence number: the items after `after`, at most
+/// `limit` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub after: u64,
+    pub limit: u64,
+}
+
+impl Page {
+    pub const DEFAULT_LIMIT: u64 = 100;
+    pub const MAX_LIMIT: u64 = 1000;
+
+    /// The request schema's `after` and `limit` properties.
+    pub fn schema_properties() -> serde_json::Map<String, Value> {
+        let schema = serde_json::json!({
+            "after": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+            "limit": {"type": "integer", "minimum": 1, "maximum": Page::MAX_LIMIT}});
+        match schema {
+            Value::Object(properties) => properties,
+            _ => serde_json::Map::new(),
+        }
     }
 }
 
