@@ -5,17 +5,8 @@
 // answers `unsupported`, and `apply` here answers UNSUPPORTED without running the
 // planner. The same module runs in Node.js (the tests) and in the page.
 
-/** Snapshot kind names (SPEC §2) to the WIT `kind` enum as jco represents it. */
-const WIT_KINDS = {
-  site: 'site',
-  providerAccount: 'provider-account',
-  pool: 'pool',
-  ownerQuota: 'owner-quota',
-  offer: 'offer',
-  flavor: 'flavor',
-};
-
-const ALL_KINDS = Object.keys(WIT_KINDS);
+/** The version of the `compute:fleet` WIT package the component implements. */
+const WIT_VERSION = '0.3.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';
@@ -35,92 +26,138 @@ function apiCode(witCode) {
   return String(witCode).toUpperCase().replaceAll('-', '_');
 }
 
-// WIT u64 fields are BigInt in jco's bindings; the snapshot's numbers are at most
-// 2^53 - 1 (SPEC §4), so they are exact as JSON numbers.
-const u64 = (value) => BigInt(value ?? 0);
-const str = (value) => value ?? '';
-const stringMap = (map) => Object.entries(map ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+/** Members of a snapshot that are not sections of objects. */
+const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings']);
 
-function witKind(kind) {
-  const wit = WIT_KINDS[kind];
-  if (wit === undefined) throw new PlannerError('INVALID_ARGUMENT', `the snapshot names an unknown kind ${JSON.stringify(kind)}`);
-  return wit;
+/** Kinds of the snapshot when it names none: the six built-in ones. */
+const BUILT_IN_KINDS = ['site', 'providerAccount', 'pool', 'ownerQuota', 'offer', 'flavor'];
+
+/** Writes the state encoding of `wit/fleet.wit` (`state.snapshot`), growing as needed. */
+class StateWriter {
+  constructor() {
+    this.bytes = new Uint8Array(1 << 16);
+    this.view = new DataView(this.bytes.buffer);
+    this.length = 0;
+    this.utf8 = new TextEncoder();
+  }
+
+  reserve(count) {
+    if (this.length + count <= this.bytes.length) return;
+    let size = this.bytes.length * 2;
+    while (size < this.length + count) size *= 2;
+    const bytes = new Uint8Array(size);
+    bytes.set(this.bytes.subarray(0, this.length));
+    this.bytes = bytes;
+    this.view = new DataView(bytes.buffer);
+  }
+
+  u8(value) {
+    this.reserve(1);
+    this.bytes[this.length++] = value;
+  }
+
+  u32(value) {
+    this.reserve(4);
+    this.view.setUint32(this.length, value, true);
+    this.length += 4;
+  }
+
+  u64(value) {
+    this.reserve(8);
+    this.view.setBigUint64(this.length, BigInt(value), true);
+    this.length += 8;
+  }
+
+  str(text) {
+    const encoded = this.utf8.encode(text);
+    this.u32(encoded.length);
+    this.reserve(encoded.length);
+    this.bytes.set(encoded, this.length);
+    this.length += encoded.length;
+  }
+
+  /** One value, its type told by its JSON type (strings, counts, booleans, maps). */
+  value(value, where) {
+    if (typeof value === 'string') {
+      this.u8(0);
+      this.str(value);
+    } else if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) {
+      this.u8(1);
+      this.u64(value);
+    } else if (typeof value === 'boolean') {
+      this.u8(2);
+      this.u8(value ? 1 : 0);
+    } else if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+      const pairs = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      this.u8(3);
+      this.u32(pairs.length);
+      for (const [key, text] of pairs) {
+        if (typeof text !== 'string') throw new PlannerError('INVALID_ARGUMENT', `${where}: map values are strings`);
+        this.str(key);
+        this.str(text);
+      }
+    } else {
+      throw new PlannerError('INVALID_ARGUMENT', `${where} has a value of no field type`);
+    }
+  }
+
+  finish() {
+    return this.bytes.slice(0, this.length);
+  }
+}
+
+/**
+ * The state encoding of a snapshot in the JSON form of `compute.preview.snapshot`: every
+ * section an array of objects as the API writes them. The encoding is self-describing,
+ * so this needs no knowledge of the kinds: the planner checks every column against its
+ * own descriptors, and absent fields take their defaults there.
+ */
+export function encodeState(snapshot) {
+  const writer = new StateWriter();
+  writer.u8(1);
+  const modules = snapshot.modules ?? BUILT_IN_KINDS;
+  writer.u32(modules.length);
+  for (const kind of modules) writer.str(kind);
+  const sections = Object.entries(snapshot).filter(([name]) => !NOT_SECTIONS.has(name));
+  writer.u32(sections.length);
+  for (const [section, objects] of sections) {
+    if (!Array.isArray(objects)) throw new PlannerError('INVALID_ARGUMENT', `section ${section} must be an array`);
+    const names = [...new Set(objects.flatMap((object) => Object.keys(object)))];
+    const column = new Map(names.map((name, index) => [name, index]));
+    writer.str(section);
+    writer.u32(names.length);
+    for (const name of names) writer.str(name);
+    writer.u32(objects.length);
+    for (const object of objects) {
+      const entries = Object.entries(object);
+      writer.u32(entries.length);
+      for (const [name, value] of entries) {
+        writer.u32(column.get(name));
+        writer.value(value, `${section}: ${name}`);
+      }
+    }
+  }
+  const bindings = snapshot.bindings ?? [];
+  writer.u32(bindings.length);
+  for (const { kind, name, id } of bindings) {
+    writer.str(kind);
+    writer.str(name);
+    writer.str(id);
+  }
+  return writer.finish();
 }
 
 /**
  * The `compute:fleet/state` and `compute:fleet/methods` imports, answered from a
- * snapshot in the `Snapshot` format of `compute.preview.snapshot`. Absent sections and
- * fields take the same defaults as the planner's own `Snapshot` (serde defaults).
+ * snapshot in the JSON form of `compute.preview.snapshot`, encoded once.
  */
 export function adapters(snapshot) {
-  const tables = {
-    sites: (snapshot.sites ?? []).map((site) => ({
-      id: site.id,
-      region: site.region,
-      description: str(site.description),
-      labels: stringMap(site.labels),
-    })),
-    providerAccounts: (snapshot.providerAccounts ?? []).map((account) => ({
-      id: account.id,
-      provider: account.provider,
-      credentialsRef: str(account.credentialsRef),
-      settings: stringMap(account.settings),
-    })),
-    pools: (snapshot.pools ?? []).map((pool) => ({
-      id: pool.id,
-      site: pool.site,
-      account: pool.account,
-      class: pool.class,
-      owner: pool.owner,
-      vcpus: u64(pool.vcpus),
-      memoryMib: u64(pool.memoryMib),
-      gpus: u64(pool.gpus),
-      labels: stringMap(pool.labels),
-      archived: Boolean(pool.archived),
-    })),
-    ownerQuotas: (snapshot.ownerQuotas ?? []).map((quota) => ({
-      owner: quota.owner,
-      vcpus: u64(quota.vcpus),
-      memoryMib: u64(quota.memoryMib),
-      gpus: u64(quota.gpus),
-      instances: u64(quota.instances),
-    })),
-    offers: (snapshot.offers ?? []).map((offer) => ({
-      id: offer.id,
-      pool: offer.pool,
-      toOwner: offer.to,
-      vcpus: u64(offer.vcpus),
-      memoryMib: u64(offer.memoryMib),
-      gpus: u64(offer.gpus),
-    })),
-    flavors: (snapshot.flavors ?? []).map((flavor) => ({
-      id: flavor.id,
-      pool: flavor.pool,
-      vcpus: u64(flavor.vcpus),
-      memoryMib: u64(flavor.memoryMib),
-      gpus: u64(flavor.gpus),
-      diskGib: u64(flavor.diskGib),
-      archived: Boolean(flavor.archived),
-    })),
-    bindings: (snapshot.bindings ?? []).map((binding) => ({
-      kind: witKind(binding.kind),
-      name: binding.name,
-      id: binding.id,
-    })),
-  };
-  const caller = { tenant: str(snapshot.caller?.tenant), principal: str(snapshot.caller?.principal) };
-  const modules = (snapshot.modules ?? ALL_KINDS).map(witKind);
-  // Fresh arrays per call: the planner owns what it is given.
-  const state = {
+  const state = encodeState(snapshot);
+  const caller = { tenant: snapshot.caller?.tenant ?? '', principal: snapshot.caller?.principal ?? '' };
+  // A fresh copy per call: the planner owns what it is given.
+  const imports = {
     currentCaller: () => ({ ...caller }),
-    modules: () => [...modules],
-    sites: () => [...tables.sites],
-    providerAccounts: () => [...tables.providerAccounts],
-    pools: () => [...tables.pools],
-    ownerQuotas: () => [...tables.ownerQuotas],
-    offers: () => [...tables.offers],
-    flavors: () => [...tables.flavors],
-    bindings: () => [...tables.bindings],
+    snapshot: () => state.slice(),
   };
   const methods = {
     invoke: (method) => ({
@@ -135,10 +172,10 @@ export function adapters(snapshot) {
   // jco's bindings look imports up by the unversioned name; its typings use the
   // versioned one. Both point at the same adapters.
   return {
-    'compute:fleet/state': state,
-    'compute:fleet/state@0.2.0': state,
+    'compute:fleet/state': imports,
+    [`compute:fleet/state@${WIT_VERSION}`]: imports,
     'compute:fleet/methods': methods,
-    'compute:fleet/methods@0.2.0': methods,
+    [`compute:fleet/methods@${WIT_VERSION}`]: methods,
   };
 }
 
@@ -175,7 +212,7 @@ function call(entry, request) {
  */
 export async function loadPlanner(componentModule, getCoreModule, snapshot) {
   const root = await componentModule.instantiate(getCoreModule, adapters(snapshot));
-  const planner = root.planner ?? root['compute:fleet/planner@0.2.0'];
+  const planner = root.planner ?? root[`compute:fleet/planner@${WIT_VERSION}`];
   return {
     plan: (request) => call(planner.plan, request),
     export: (request) => call(planner.export, request),

@@ -34,21 +34,10 @@ fn well_formed(state: &Snapshot) -> bool {
         let mut seen = HashSet::new();
         items.into_iter().all(|item| seen.insert(item))
     }
-    let name = |text: &str| {
-        let bytes = text.as_bytes();
-        (1..=63).contains(&bytes.len())
-            && bytes[0].is_ascii_lowercase()
-            && bytes.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-')
-    };
-    unique(state.sites.iter().map(|site| &site.id))
-        && unique(state.provider_accounts.iter().map(|account| &account.id))
-        && unique(state.pools.iter().map(|pool| &pool.id))
-        && unique(state.owner_quotas.iter().map(|quota| &quota.owner))
-        && unique(state.offers.iter().map(|offer| &offer.id))
-        && unique(state.flavors.iter().map(|flavor| &flavor.id))
-        && state.bindings.iter().all(|binding| name(&binding.name))
-        && unique(state.bindings.iter().map(|binding| (binding.kind, &binding.name)))
-        && unique(state.bindings.iter().map(|binding| (binding.kind, &binding.id)))
+    state.tables.values().all(|objects| unique(objects.iter().map(|object| &object.key)))
+        && state.bindings.iter().all(|binding| fleet_guest::grammar::is_name(&binding.name))
+        && unique(state.bindings.iter().map(|binding| (&binding.kind, &binding.name)))
+        && unique(state.bindings.iter().map(|binding| (&binding.kind, &binding.id)))
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -4,18 +4,23 @@
 
 #![no_main]
 
-use fleet::input::{Input, MAX_COUNT};
-use fleet::modules::{ALL, read_fields};
+use std::sync::Arc;
+
+use fleet::calls::input::{Input, MAX_COUNT};
+use fleet::modules::{Module, read_fields};
+use fleet_guest::Catalog;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(body) = fleet::server::parse_body(data) else { return };
+    let Ok(body) = fleet::calls::parse_body(data) else { return };
     assert!(!has_control(&body), "accepted a control character: {body}");
-    for module in ALL {
+    let catalog = Arc::new(Catalog::built_in());
+    for (position, _) in catalog.iter() {
+        let module = Module::new(catalog.clone(), position);
         for create in [true, false] {
             let Ok(mut input) = Input::new(body.clone()) else { return };
-            let fields = read_fields(module, &mut input, create);
+            let fields = read_fields(&module, &mut input, create);
             if input.finish().is_ok() {
                 for value in fields.values() {
                     assert!(value.as_u64().is_none_or(|count| count <= MAX_COUNT), "{value}");

@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use fleet_guest::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
+use fleet_guest::Snapshot;
+use serde_json::{Value, json};
 
 fn id(prefix: &str, number: usize) -> String {
     // 26 characters of the base32 alphabet, unique per number.
@@ -19,74 +20,57 @@ fn id(prefix: &str, number: usize) -> String {
 
 fn main() {
     let (sites, accounts, pools, quotas, offers, flavors) = (50, 50, 2_000, 900, 3_000, 4_000);
-    let mut state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into() });
-    let mut bind = |kind: Kind, name: String, id: String| state.bindings.push(Binding { kind, name, id });
-    let mut site_list = Vec::new();
-    for number in 0..sites {
-        bind(Kind::Site, format!("site-{number}"), id("site", number));
-        site_list.push(Site {
-            id: id("site", number),
-            region: format!("region-{number}"),
-            description: String::new(),
-            labels: Default::default(),
-        });
-    }
-    let mut account_list = Vec::new();
-    for number in 0..accounts {
-        bind(Kind::ProviderAccount, format!("account-{number}"), id("acct", number));
-        account_list.push(ProviderAccount {
-            id: id("acct", number),
-            provider: "aws".into(),
-            credentials_ref: format!("vault:{number}"),
-            settings: Default::default(),
-        });
-    }
-    let mut pool_list = Vec::new();
-    for number in 0..pools {
-        bind(Kind::Pool, format!("pool-{number}"), id("pool", number));
-        pool_list.push(Pool {
-            id: id("pool", number),
-            site: id("site", number % sites),
-            account: id("acct", number % accounts),
-            class: "gpu".into(),
-            owner: format!("owner-{}", number % 100),
-            vcpus: 64,
-            memory_mib: 262_144,
-            gpus: 8,
-            labels: [("tier".to_owned(), "prod".to_owned())].into(),
-            archived: false,
-        });
-    }
-    let quota_list: Vec<OwnerQuota> = (0..quotas)
-        .map(|number| OwnerQuota { owner: format!("owner-{number}"), vcpus: 64, memory_mib: 0, gpus: 8, instances: 10 })
-        .collect();
-    let mut offer_list = Vec::new();
-    for number in 0..offers {
-        bind(Kind::Offer, format!("offer-{number}"), id("offer", number));
-        offer_list.push(Offer {
-            id: id("offer", number),
-            pool: id("pool", number % pools),
-            to: format!("owner-{}", (number % 100) + 100),
-            vcpus: 8,
-            memory_mib: 0,
-            gpus: 1,
-        });
-    }
-    let mut flavor_list = Vec::new();
-    for number in 0..flavors {
-        bind(Kind::Flavor, format!("flavor-{number}"), id("flv", number));
-        flavor_list.push(Flavor {
-            id: id("flv", number),
-            pool: id("pool", number % pools),
-            vcpus: 4,
-            memory_mib: 16_384,
-            gpus: 0,
-            disk_gib: 100,
-            archived: false,
-        });
-    }
-    (state.sites, state.provider_accounts, state.pools, state.owner_quotas, state.offers, state.flavors) =
-        (site_list, account_list, pool_list, quota_list, offer_list, flavor_list);
+    let mut tables: serde_json::Map<String, Value> = serde_json::Map::new();
+    let mut bindings = Vec::new();
+    // Objects of a section, named `<name>-<n>` and bound to their ids.
+    let mut add = |section: &str, kind: &str, prefix: &str, count: usize, object: &dyn Fn(usize) -> Value| {
+        let objects: Vec<Value> = (0..count)
+            .map(|number| {
+                let mut object = object(number);
+                if !prefix.is_empty() {
+                    object["id"] = json!(id(prefix, number));
+                    let name = format!("{}-{number}", kind.to_lowercase());
+                    bindings.push(json!({"kind": kind, "name": name, "id": id(prefix, number)}));
+                }
+                object
+            })
+            .collect();
+        tables.insert(section.into(), Value::Array(objects));
+    };
+    add("sites", "site", "site", sites, &|number| json!({"region": format!("region-{number}")}));
+    add(
+        "providerAccounts",
+        "providerAccount",
+        "acct",
+        accounts,
+        &|number| json!({"provider": "aws", "credentialsRef": format!("vault:{number}")}),
+    );
+    add("pools", "pool", "pool", pools, &|number| {
+        json!({"site": id("site", number % sites), "account": id("acct", number % accounts), "class": "gpu",
+               "owner": format!("owner-{}", number % 100), "vcpus": 64, "memoryMib": 262_144, "gpus": 8,
+               "labels": {"tier": "prod"}})
+    });
+    add(
+        "ownerQuotas",
+        "ownerQuota",
+        "",
+        quotas,
+        &|number| json!({"owner": format!("owner-{number}"), "vcpus": 64, "gpus": 8, "instances": 10}),
+    );
+    add("offers", "offer", "offer", offers, &|number| {
+        json!({"pool": id("pool", number % pools), "to": format!("owner-{}", (number % 100) + 100), "vcpus": 8,
+               "gpus": 1})
+    });
+    add(
+        "flavors",
+        "flavor",
+        "flv",
+        flavors,
+        &|number| json!({"pool": id("pool", number % pools), "vcpus": 4, "memoryMib": 16_384, "diskGib": 100}),
+    );
+    tables.insert("caller".into(), json!({"tenant": "acme", "principal": "alice"}));
+    tables.insert("bindings".into(), Value::Array(bindings));
+    let state: Snapshot = serde_json::from_value(Value::Object(tables)).expect("a snapshot");
     let objects = sites + accounts + pools + quotas + offers + flavors;
 
     let started = Instant::now();

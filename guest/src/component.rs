@@ -6,8 +6,7 @@ wit_bindgen::generate!({ world: "fleet-planner", path: "../wit" });
 use compute::fleet::{methods, state, types};
 use exports::compute::fleet::planner::Guest;
 
-use crate::{Binding, Caller, Error, ErrorCode, Flavor, Host, Kind, Offer, OwnerQuota, Pool};
-use crate::{ProviderAccount, Site};
+use crate::{Caller, Catalog, Error, ErrorCode, Host, Snapshot};
 
 struct Component;
 
@@ -36,114 +35,12 @@ impl Host for Imports {
         Caller { tenant: caller.tenant, principal: caller.principal }
     }
 
-    fn modules(&self) -> Vec<Kind> {
-        state::modules().into_iter().map(from_wit_kind).collect()
-    }
-
-    fn sites(&self) -> Vec<Site> {
-        state::sites()
-            .into_iter()
-            .map(|site| Site {
-                id: site.id,
-                region: site.region,
-                description: site.description,
-                labels: site.labels.into_iter().collect(),
-            })
-            .collect()
-    }
-
-    fn provider_accounts(&self) -> Vec<ProviderAccount> {
-        state::provider_accounts()
-            .into_iter()
-            .map(|account| ProviderAccount {
-                id: account.id,
-                provider: account.provider,
-                credentials_ref: account.credentials_ref,
-                settings: account.settings.into_iter().collect(),
-            })
-            .collect()
-    }
-
-    fn pools(&self) -> Vec<Pool> {
-        state::pools()
-            .into_iter()
-            .map(|pool| Pool {
-                id: pool.id,
-                site: pool.site,
-                account: pool.account,
-                class: pool.class,
-                owner: pool.owner,
-                vcpus: pool.vcpus,
-                memory_mib: pool.memory_mib,
-                gpus: pool.gpus,
-                labels: pool.labels.into_iter().collect(),
-                archived: pool.archived,
-            })
-            .collect()
-    }
-
-    fn owner_quotas(&self) -> Vec<OwnerQuota> {
-        state::owner_quotas()
-            .into_iter()
-            .map(|quota| OwnerQuota {
-                owner: quota.owner,
-                vcpus: quota.vcpus,
-                memory_mib: quota.memory_mib,
-                gpus: quota.gpus,
-                instances: quota.instances,
-            })
-            .collect()
-    }
-
-    fn offers(&self) -> Vec<Offer> {
-        state::offers()
-            .into_iter()
-            .map(|offer| Offer {
-                id: offer.id,
-                pool: offer.pool,
-                to: offer.to_owner,
-                vcpus: offer.vcpus,
-                memory_mib: offer.memory_mib,
-                gpus: offer.gpus,
-            })
-            .collect()
-    }
-
-    fn flavors(&self) -> Vec<Flavor> {
-        state::flavors()
-            .into_iter()
-            .map(|flavor| Flavor {
-                id: flavor.id,
-                pool: flavor.pool,
-                vcpus: flavor.vcpus,
-                memory_mib: flavor.memory_mib,
-                gpus: flavor.gpus,
-                disk_gib: flavor.disk_gib,
-                archived: flavor.archived,
-            })
-            .collect()
-    }
-
-    fn bindings(&self) -> Vec<Binding> {
-        state::bindings()
-            .into_iter()
-            .map(|binding| Binding { kind: from_wit_kind(binding.kind), name: binding.name, id: binding.id })
-            .collect()
+    fn state(&self, catalog: &Catalog) -> Result<Snapshot, Error> {
+        crate::state::decode(catalog, &state::snapshot())
     }
 
     fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error> {
         methods::invoke(method, input).map_err(from_wit_error)
-    }
-}
-
-fn from_wit_kind(kind: types::Kind) -> Kind {
-    match kind {
-        types::Kind::Site => Kind::Site,
-        types::Kind::ProviderAccount => Kind::ProviderAccount,
-        types::Kind::Pool => Kind::Pool,
-        types::Kind::OwnerQuota => Kind::OwnerQuota,
-        types::Kind::Offer => Kind::Offer,
-        types::Kind::Flavor => Kind::Flavor,
     }
 }
 

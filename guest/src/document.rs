@@ -1,5 +1,6 @@
-//! Requests and FleetConfig documents: parsing JSON text, validating it with every
-//! problem reported at once (SPEC §5), and the typed document the planner reads.
+//! Requests and FleetConfig documents: parsing JSON text, validating it against the
+//! catalogue's descriptors with every problem reported at once (SPEC §5), and the typed
+//! document the planner reads.
 
 use std::collections::BTreeMap;
 
@@ -7,80 +8,90 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
 use crate::error::Problem;
+use crate::grammar::{NAME_PATTERN, is_name};
+use crate::json::MAX_COUNT;
 pub(crate) use crate::json::pointer;
-use crate::schema::{self, FieldType, MAX_NUMBER, Value};
-use crate::{Error, ErrorCode, Kind, json};
+use crate::kinds::{Catalog, Descriptor, FieldType, RESERVED};
+use crate::state::{StringMap, Value};
+use crate::{Error, ErrorCode, json};
 
-/// The pattern of names and owners, as messages print it.
-pub(crate) const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
-
-/// A validated FleetConfig: per kind (indexed by [`Kind::index`]), objects by key with
-/// every field filled in (defaults for omitted ones), in schema order.
+/// A validated FleetConfig: per kind (by its position in the catalogue), objects by key
+/// with every field filled in (defaults for omitted ones), in descriptor order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Document {
-    pub(crate) sections: [BTreeMap<String, Vec<Value>>; 6],
+    pub(crate) sections: Vec<BTreeMap<String, Vec<Value>>>,
 }
 
 impl Document {
-    pub(crate) fn section(&self, kind: Kind) -> &BTreeMap<String, Vec<Value>> {
-        &self.sections[kind.index()]
+    fn new(catalog: &Catalog) -> Document {
+        Document { sections: vec![BTreeMap::new(); catalog.len()] }
+    }
+
+    pub(crate) fn section(&self, kind: usize) -> &BTreeMap<String, Vec<Value>> {
+        &self.sections[kind]
     }
 
     /// The document with only the sections of `kinds`, every object with every field in
-    /// schema order: what export returns (the modules that run).
-    pub(crate) fn filled(&self, kinds: Vec<Kind>) -> FilledDocument<'_> {
-        let orders = kinds.iter().map(|&kind| (0..schema::fields(kind).len()).collect()).collect();
-        FilledDocument { document: self, kinds, orders }
+    /// descriptor order: what export returns (the modules that run).
+    pub(crate) fn filled<'a>(&'a self, catalog: &Catalog, kinds: Vec<usize>) -> FilledDocument<'a> {
+        let kinds = kinds
+            .into_iter()
+            .map(|kind| (catalog.get(kind), kind, (0..catalog.get(kind).fields.len()).collect()))
+            .collect();
+        FilledDocument { document: self, kinds }
     }
 
     /// The whole document filled in, sections and fields in canonical (sorted) order:
     /// what the plan hash covers, streamed without a JSON tree.
-    pub(crate) fn canonical(&self) -> FilledDocument<'_> {
-        let mut kinds = Kind::ALL.to_vec();
-        kinds.sort_by_key(|kind| kind.section());
-        let orders = kinds.iter().map(|&kind| schema::alphabetical(kind)).collect();
-        FilledDocument { document: self, kinds, orders }
+    pub(crate) fn canonical<'a>(&'a self, catalog: &Catalog) -> FilledDocument<'a> {
+        let mut kinds: Vec<_> =
+            catalog.iter().map(|(kind, descriptor)| (descriptor, kind, descriptor.alphabetical())).collect();
+        kinds.sort_by_key(|(descriptor, _, _)| descriptor.section);
+        FilledDocument { document: self, kinds }
     }
 }
 
 pub(crate) struct FilledDocument<'a> {
     document: &'a Document,
-    kinds: Vec<Kind>,
-    /// Per kind, the positions of its fields in the order they are written.
-    orders: Vec<Vec<usize>>,
+    /// Per kind written: its descriptor, its position, and its field positions in the
+    /// order they are written.
+    kinds: Vec<(&'static Descriptor, usize, Vec<usize>)>,
 }
 
 impl Serialize for FilledDocument<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.kinds.iter().zip(&self.orders).map(|(&kind, order)| {
-            (kind.section(), FilledSection { specs: schema::fields(kind), order, objects: self.document.section(kind) })
+        serializer.collect_map(self.kinds.iter().map(|(descriptor, kind, order)| {
+            (descriptor.section, FilledSection { descriptor, order, objects: self.document.section(*kind) })
         }))
     }
 }
 
 struct FilledSection<'a> {
-    specs: &'static [schema::FieldSpec],
+    descriptor: &'static Descriptor,
     order: &'a [usize],
     objects: &'a BTreeMap<String, Vec<Value>>,
 }
 
 impl Serialize for FilledSection<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (specs, order) = (self.specs, self.order);
-        serializer.collect_map(self.objects.iter().map(|(key, values)| (key, FilledObject { specs, order, values })))
+        let (descriptor, order) = (self.descriptor, self.order);
+        serializer
+            .collect_map(self.objects.iter().map(|(key, values)| (key, FilledObject { descriptor, order, values })))
     }
 }
 
 /// One object with every field, in the order given.
 struct FilledObject<'a> {
-    specs: &'static [schema::FieldSpec],
+    descriptor: &'static Descriptor,
     order: &'a [usize],
     values: &'a [Value],
 }
 
 impl Serialize for FilledObject<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.order.iter().map(|&position| (self.specs[position].name, &self.values[position])))
+        serializer.collect_map(
+            self.order.iter().map(|&position| (self.descriptor.fields[position].name, &self.values[position])),
+        )
     }
 }
 
@@ -118,25 +129,6 @@ impl Problems {
     }
 }
 
-/// `a pool`, `an offer`.
-pub(crate) fn a(kind: Kind) -> String {
-    let article = if kind.name().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-    format!("{article} {}", kind.name())
-}
-
-/// Whether `text` matches the name pattern `^[a-z][a-z0-9-]{0,62}$`.
-pub(crate) fn is_name(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    match bytes.split_first() {
-        Some((first, rest)) => {
-            first.is_ascii_lowercase()
-                && rest.len() <= 62
-                && rest.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-')
-        }
-        None => false,
-    }
-}
-
 /// What a malformed `planHash` is told.
 pub const PLAN_HASH_FORM: &str = "must be \"sha256:\" and 64 lowercase hex digits, as a plan gives it";
 
@@ -144,15 +136,6 @@ pub const PLAN_HASH_FORM: &str = "must be \"sha256:\" and 64 lowercase hex digit
 pub fn is_plan_hash(text: &str) -> bool {
     text.strip_prefix("sha256:")
         .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
-}
-
-/// The kind whose well-formed id `text` is (`<prefix>_` + 26 of `[a-z2-7]`), if any.
-pub(crate) fn id_kind(text: &str) -> Option<Kind> {
-    let (prefix, rest) = text.split_once('_')?;
-    let kind = Kind::ALL.into_iter().find(|kind| kind.id_prefix() == Some(prefix))?;
-    let well_formed =
-        rest.len() == 26 && rest.bytes().all(|byte| byte.is_ascii_lowercase() || (b'2'..=b'7').contains(&byte));
-    well_formed.then_some(kind)
 }
 
 /// Parses request text; an empty request (no bytes at all) means `{}`.
@@ -186,14 +169,18 @@ pub(crate) fn parse_export(request: &str) -> Result<(), Error> {
 /// Parses a plan request (`plan_hash_allowed` false) or an apply request (true). The
 /// problems found so far are returned with the request, so that the planner can add
 /// those it finds while resolving keys and report them all together.
-pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(PlanRequest, Problems), Error> {
+pub(crate) fn parse_plan(
+    catalog: &Catalog,
+    request: &str,
+    plan_hash_allowed: bool,
+) -> Result<(PlanRequest, Problems), Error> {
     let map = parse_json(request)?;
     let mut problems = Problems::default();
-    let mut parsed = PlanRequest { document: Document::default(), prune: false, plan_hash: None };
+    let mut parsed = PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None };
     for (key, value) in &map {
         match key.as_str() {
             "document" => match value {
-                Json::Object(document) => parsed.document = parse_document(document, &mut problems),
+                Json::Object(document) => parsed.document = parse_document(catalog, document, &mut problems),
                 _ => problems.push(pointer(&["document"]), "the document must be an object"),
             },
             "prune" => match value {
@@ -213,11 +200,11 @@ pub(crate) fn parse_plan(request: &str, plan_hash_allowed: bool) -> Result<(Plan
     Ok((parsed, problems))
 }
 
-fn parse_document(document: &Map<String, Json>, problems: &mut Problems) -> Document {
-    let mut parsed = Document::default();
+fn parse_document(catalog: &Catalog, document: &Map<String, Json>, problems: &mut Problems) -> Document {
+    let mut parsed = Document::new(catalog);
     for (section, objects) in document {
-        let Some(kind) = Kind::from_section(section) else {
-            let sections: Vec<&str> = Kind::ALL.iter().map(|kind| kind.section()).collect();
+        let Some(kind) = catalog.by_section(section) else {
+            let sections: Vec<&str> = catalog.iter().map(|(_, kind)| kind.section).collect();
             problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
             continue;
         };
@@ -226,31 +213,37 @@ fn parse_document(document: &Map<String, Json>, problems: &mut Problems) -> Docu
             continue;
         };
         for (key, object) in objects {
-            let key_is_valid = check_key(kind, key, problems);
-            let values = parse_object(kind, key, object, problems);
+            let key_is_valid = check_key(catalog, kind, key, problems);
+            let values = parse_object(catalog, catalog.get(kind), key, object, problems);
             if let (true, Some(values)) = (key_is_valid, values) {
-                parsed.sections[kind.index()].insert(key.clone(), values);
+                parsed.sections[kind].insert(key.clone(), values);
             }
         }
     }
     parsed
 }
 
-fn check_key(kind: Kind, key: &str, problems: &mut Problems) -> bool {
-    let path = || pointer(&[kind.section(), key]);
-    match kind.id_prefix() {
+fn check_key(catalog: &Catalog, kind: usize, key: &str, problems: &mut Problems) -> bool {
+    let descriptor = catalog.get(kind);
+    let path = || pointer(&[descriptor.section, key]);
+    match descriptor.id_prefix() {
         None if is_name(key) => true,
         None => {
-            problems.push(path(), format!("an owner quota's key must be an owner name matching {NAME_PATTERN}"));
+            let message = format!(
+                "{}'s key must be {} name matching {NAME_PATTERN}",
+                descriptor.a(),
+                article(descriptor.identity_name())
+            );
+            problems.push(path(), message);
             false
         }
-        Some(_) if is_name(key) || id_kind(key) == Some(kind) => true,
+        Some(_) if is_name(key) || catalog.id_kind(key) == Some(kind) => true,
         Some(prefix) => {
             problems.push(
                 path(),
                 format!(
                     "a key must be a name matching {NAME_PATTERN} or {} id ({prefix}_ and 26 base32 characters)",
-                    a(kind)
+                    descriptor.a()
                 ),
             );
             false
@@ -258,51 +251,73 @@ fn check_key(kind: Kind, key: &str, problems: &mut Problems) -> bool {
     }
 }
 
-fn parse_object(kind: Kind, key: &str, object: &Json, problems: &mut Problems) -> Option<Vec<Value>> {
+/// `an owner`, `a name`.
+fn article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {word}")
+}
+
+fn parse_object(
+    catalog: &Catalog,
+    descriptor: &Descriptor,
+    key: &str,
+    object: &Json,
+    problems: &mut Problems,
+) -> Option<Vec<Value>> {
     let Json::Object(object) = object else {
-        problems.push(pointer(&[kind.section(), key]), format!("{} must be an object", a(kind)));
+        problems.push(pointer(&[descriptor.section, key]), format!("{} must be an object", descriptor.a()));
         return None;
     };
-    let specs = schema::fields(kind);
-    let mut values: Vec<Value> = specs.iter().map(|spec| Value::default_of(spec.ty)).collect();
+    let fields = descriptor.fields;
+    let mut values: Vec<Value> = fields.iter().map(|field| Value::default_of(field.ty)).collect();
     let mut valid = true;
-    for (field, value) in object {
-        let path = || pointer(&[kind.section(), key, field]);
-        let Some(position) = schema::position(kind, field) else {
-            if schema::READ_ONLY.contains(&field.as_str()) {
+    for (name, value) in object {
+        let path = || pointer(&[descriptor.section, key, name]);
+        let Some(position) = descriptor.position(name) else {
+            if RESERVED.contains(&name.as_str()) {
                 problems.push(path(), "is set by the server and is never part of a FleetConfig");
             } else {
-                let names: Vec<&str> = specs.iter().map(|spec| spec.name).collect();
-                problems.push(path(), format!("unknown field; {} has {}", a(kind), names.join(", ")));
+                let names: Vec<&str> = fields.iter().map(|field| field.name).collect();
+                problems.push(path(), format!("unknown field; {} has {}", descriptor.a(), names.join(", ")));
             }
             valid = false;
             continue;
         };
-        match parse_value(specs[position].ty, value, path, problems) {
+        let field = &fields[position];
+        match parse_value(catalog, field.ty, field.required, value, path, problems) {
             Some(value) => values[position] = value,
             None => valid = false,
         }
     }
-    for spec in specs.iter().filter(|spec| spec.required && !object.contains_key(spec.name)) {
-        problems.push(pointer(&[kind.section(), key, spec.name]), "is required");
+    for field in fields.iter().filter(|field| field.required && !object.contains_key(field.name)) {
+        problems.push(pointer(&[descriptor.section, key, field.name]), "is required");
         valid = false;
     }
     valid.then_some(values)
 }
 
 /// Parses one field's value; `path` makes its JSON pointer, needed only for a problem.
-fn parse_value(ty: FieldType, value: &Json, path: impl Fn() -> String, problems: &mut Problems) -> Option<Value> {
+fn parse_value(
+    catalog: &Catalog,
+    ty: FieldType,
+    required: bool,
+    value: &Json,
+    path: impl Fn() -> String,
+    problems: &mut Problems,
+) -> Option<Value> {
     let mut fail = |message: String| {
         problems.push(path(), message);
         None
     };
     match (ty, value) {
-        (FieldType::Number, value) => match json::count(value) {
-            Some(number) => Some(Value::Number(number)),
-            None => fail(format!("must be a non-negative integer no larger than {MAX_NUMBER}")),
+        (FieldType::Count, value) => match json::count(value) {
+            Some(count) => Some(Value::Count(count)),
+            None => fail(format!("must be a non-negative integer no larger than {MAX_COUNT}")),
         },
+        (FieldType::Bool, Json::Bool(flag)) => Some(Value::Bool(*flag)),
+        (FieldType::Bool, _) => fail("must be true or false".to_owned()),
         (FieldType::Map, Json::Object(map)) => {
-            let mut parsed = BTreeMap::new();
+            let mut parsed = StringMap::new();
             let mut valid = true;
             for (entry, value) in map {
                 match value {
@@ -319,10 +334,19 @@ fn parse_value(ty: FieldType, value: &Json, path: impl Fn() -> String, problems:
         }
         (FieldType::Map, _) => fail("must be an object of string values".to_owned()),
         (_, Json::String(text)) => match ty {
-            FieldType::NonEmpty if text.is_empty() => fail("must not be empty".to_owned()),
+            FieldType::String if required && text.is_empty() => fail("must not be empty".to_owned()),
             FieldType::Name if !is_name(text) => fail(format!("must match {NAME_PATTERN}")),
-            FieldType::Ref(kind) if !is_name(text) && id_kind(text) != Some(kind) => {
-                fail(format!("must be the key of {} in the document or {} id", a(kind), a(kind)))
+            FieldType::Ref(target) => {
+                let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
+                match target {
+                    Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
+                        Some(Value::Text(text.clone()))
+                    }
+                    _ => {
+                        let a = target.map_or_else(String::new, |(_, descriptor)| descriptor.a());
+                        fail(format!("must be the key of {a} in the document or {a} id"))
+                    }
+                }
             }
             _ => Some(Value::Text(text.clone())),
         },
@@ -335,7 +359,7 @@ mod tests {
     use super::*;
 
     fn problems(request: &str) -> Vec<(String, String)> {
-        let result = parse_plan(request, false).and_then(|(_, problems)| problems.into_result());
+        let result = parse_plan(&Catalog::built_in(), request, false).and_then(|(_, problems)| problems.into_result());
         let Err(error) = result else {
             return Vec::new();
         };
@@ -359,20 +383,13 @@ mod tests {
     }
 
     #[test]
-    fn names_and_ids() {
-        assert!(is_name("a"));
-        assert!(is_name("gpu-a1"));
-        assert!(is_name(&"a".repeat(63)));
-        assert!(!is_name(&"a".repeat(64)));
-        assert!(!is_name(""));
-        assert!(!is_name("1a"));
-        assert!(!is_name("A"));
-        assert!(!is_name("a_b"));
-        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaaa"), Some(Kind::Pool));
-        assert_eq!(id_kind("flv_234567abcdefghijklmnopqrst"), Some(Kind::Flavor));
-        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa"), None, "25 characters");
-        assert_eq!(id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa1"), None, "1 is not base32");
-        assert_eq!(id_kind("quota_aaaaaaaaaaaaaaaaaaaaaaaaaa"), None);
+    fn ids_name_their_kind() {
+        let catalog = Catalog::built_in();
+        assert_eq!(catalog.id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaaa"), catalog.by_kind("pool"));
+        assert_eq!(catalog.id_kind("flv_234567abcdefghijklmnopqrst"), catalog.by_kind("flavor"));
+        assert_eq!(catalog.id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa"), None, "25 characters");
+        assert_eq!(catalog.id_kind("pool_aaaaaaaaaaaaaaaaaaaaaaaaa1"), None, "1 is not base32");
+        assert_eq!(catalog.id_kind("quota_aaaaaaaaaaaaaaaaaaaaaaaaaa"), None);
     }
 
     #[test]
@@ -397,7 +414,7 @@ mod tests {
         assert_eq!(paths(r#"{"document": [], "prune": 1, "planHash": "x"}"#), ["/document", "/planHash", "/prune"]);
         let hash = format!("sha256:{}", "0f".repeat(32));
         let request = format!(r#"{{"document": {{}}, "prune": true, "planHash": "{hash}"}}"#);
-        let (request, problems) = parse_plan(&request, true).unwrap();
+        let (request, problems) = parse_plan(&Catalog::built_in(), &request, true).unwrap();
         assert!(problems.into_result().is_ok());
         assert!(request.prune);
         assert_eq!(request.plan_hash, Some(hash));
@@ -405,7 +422,7 @@ mod tests {
         {
             let request = format!(r#"{{"document": {{}}, "planHash": "{malformed}"}}"#);
             assert_eq!(
-                parse_plan(&request, true).unwrap().1.into_result().unwrap_err().code,
+                parse_plan(&Catalog::built_in(), &request, true).unwrap().1.into_result().unwrap_err().code,
                 ErrorCode::InvalidArgument
             );
         }
@@ -463,11 +480,13 @@ mod tests {
 
     #[test]
     fn defaults_fill_omitted_fields() {
-        let (request, _) = parse_plan(r#"{"document": {"offers": {"o": {"pool": "p", "to": "t"}}}}"#, false).unwrap();
-        let offer = &request.document.section(Kind::Offer)["o"];
+        let (request, _) =
+            parse_plan(&Catalog::built_in(), r#"{"document": {"offers": {"o": {"pool": "p", "to": "t"}}}}"#, false)
+                .unwrap();
+        let offer = &request.document.section(4)["o"];
         assert_eq!(
             offer,
-            &[Value::Text("p".into()), Value::Text("t".into()), Value::Number(0), Value::Number(0), Value::Number(0)]
+            &[Value::Text("p".into()), Value::Text("t".into()), Value::Count(0), Value::Count(0), Value::Count(0)]
         );
     }
 }

@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use crate::document::{Document, FilledDocument};
 use crate::estate::Estate;
-use crate::schema::{self, FieldType, Value};
-use crate::{Error, ErrorCode, Kind};
+use crate::state::Value;
+use crate::{Error, ErrorCode};
 
 #[derive(Serialize)]
 struct Exported<'a> {
@@ -13,24 +13,24 @@ struct Exported<'a> {
     missing: Vec<&'static str>,
 }
 
-/// The document of the modules that run: objects keyed by bound name (else id), quotas
-/// by owner, references rewritten to keys, archived pools and flavors left out.
+/// The document of the modules that run: objects keyed by bound name (else id, or
+/// their identity field), references rewritten to keys, archived objects left out.
 pub(crate) fn document(estate: &Estate) -> Document {
     let mut document = Document::default();
-    for kind in Kind::ALL.into_iter().filter(|&kind| estate.runs(kind)) {
-        let specs = schema::fields(kind);
-        let section = &mut document.sections[kind.index()];
-        for object in estate.objects(kind).iter().filter(|object| !object.archived) {
-            let values = specs
-                .iter()
-                .zip(&object.values)
-                .map(|(spec, value)| match spec.ty {
-                    FieldType::Ref(target) => Value::Text(estate.key_of(target, value.as_text()).to_owned()),
-                    _ => value.clone(),
-                })
-                .collect();
-            section.insert(estate.key_of(kind, &object.id).to_owned(), values);
+    for (kind, descriptor) in estate.catalog.iter() {
+        let mut section = std::collections::BTreeMap::new();
+        if estate.runs(kind) {
+            for object in estate.objects(kind).iter().filter(|object| !object.archived) {
+                let values = (0..descriptor.fields.len())
+                    .map(|index| match estate.catalog.target(kind, index) {
+                        Some(target) => Value::Text(estate.key_of(target, object.values[index].as_text()).to_owned()),
+                        None => object.values[index].clone(),
+                    })
+                    .collect();
+                section.insert(estate.key_of(kind, &object.key).to_owned(), values);
+            }
         }
+        document.sections.push(section);
     }
     document
 }
@@ -38,9 +38,9 @@ pub(crate) fn document(estate: &Estate) -> Document {
 /// `{"document": FleetConfig, "missing": [sections of modules not run]}` as JSON text.
 pub(crate) fn export(estate: &Estate) -> Result<String, Error> {
     let document = document(estate);
-    let running: Vec<Kind> = Kind::ALL.into_iter().filter(|&kind| estate.runs(kind)).collect();
-    let missing = Kind::ALL.into_iter().filter(|&kind| !estate.runs(kind)).map(Kind::section).collect();
-    let exported = Exported { document: document.filled(running), missing };
+    let (running, missing): (Vec<usize>, Vec<usize>) = (0..estate.catalog.len()).partition(|&kind| estate.runs(kind));
+    let missing = missing.into_iter().map(|kind| estate.kind(kind).section).collect();
+    let exported = Exported { document: document.filled(&estate.catalog, running), missing };
     serde_json::to_string(&exported)
         .map_err(|error| Error::new(ErrorCode::Internal, format!("the export cannot be written: {error}")))
 }

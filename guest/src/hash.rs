@@ -3,15 +3,16 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::{Caller, Error, ErrorCode, Kind};
+use crate::kinds::Descriptor;
+use crate::{Caller, Error, ErrorCode};
 
 /// The id of a planned create: `<prefix>_` + the first 16 bytes of
 /// `SHA-256("fleet-id\0" + tenant + "\0" + principal + "\0" + kind + "\0" + key)` in
 /// lowercase unpadded base32. Owner quotas have no ids.
-pub(crate) fn planned_id(caller: &Caller, kind: Kind, key: &str) -> Option<String> {
+pub(crate) fn planned_id(caller: &Caller, kind: &Descriptor, key: &str) -> Option<String> {
     let prefix = kind.id_prefix()?;
     let mut hasher = Sha256::new();
-    for part in ["fleet-id", caller.tenant.as_str(), caller.principal.as_str(), kind.name()] {
+    for part in ["fleet-id", caller.tenant.as_str(), caller.principal.as_str(), kind.kind] {
         hasher.update(part.as_bytes());
         hasher.update([0]);
     }
@@ -22,8 +23,8 @@ pub(crate) fn planned_id(caller: &Caller, kind: Kind, key: &str) -> Option<Strin
 }
 
 /// The idempotency key of a create: `fleet:<tenant>:<kind>:<key>`.
-pub(crate) fn idempotency_key(caller: &Caller, kind: Kind, key: &str) -> String {
-    format!("fleet:{}:{}:{key}", caller.tenant, kind.name())
+pub(crate) fn idempotency_key(caller: &Caller, kind: &Descriptor, key: &str) -> String {
+    format!("fleet:{}:{}:{key}", caller.tenant, kind.kind)
 }
 
 /// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`.
@@ -255,12 +256,12 @@ mod tests {
 
     #[test]
     fn planned_ids_have_the_prefix_and_26_base32_characters() {
-        let id = planned_id(&alice(), Kind::Pool, "gpu-a").unwrap();
-        assert_eq!(crate::document::id_kind(&id), Some(Kind::Pool), "{id}");
-        assert_eq!(planned_id(&alice(), Kind::OwnerQuota, "team-ml"), None);
+        let id = planned_id(&alice(), &crate::kinds::POOL, "gpu-a").unwrap();
+        assert!(crate::grammar::is_id(&id, "pool"), "{id}");
+        assert_eq!(planned_id(&alice(), &crate::kinds::OWNER_QUOTA, "team-ml"), None);
         let bob = Caller { tenant: "acme".into(), principal: "bob".into() };
-        assert_ne!(planned_id(&bob, Kind::Pool, "gpu-a"), Some(id.clone()));
-        assert_ne!(planned_id(&alice(), Kind::Flavor, "gpu-a"), Some(id));
+        assert_ne!(planned_id(&bob, &crate::kinds::POOL, "gpu-a"), Some(id.clone()));
+        assert_ne!(planned_id(&alice(), &crate::kinds::FLAVOR, "gpu-a"), Some(id));
     }
 
     #[test]
@@ -281,12 +282,15 @@ mod tests {
         }
         encoded.push(alphabet[((bits << (5 - count)) & 31) as usize] as char);
         assert_eq!(encoded.len(), 26);
-        assert_eq!(planned_id(&alice(), Kind::Pool, "gpu-a").unwrap(), format!("pool_{encoded}"));
+        assert_eq!(planned_id(&alice(), &crate::kinds::POOL, "gpu-a").unwrap(), format!("pool_{encoded}"));
     }
 
     #[test]
     fn idempotency_keys_name_tenant_kind_and_key() {
-        assert_eq!(idempotency_key(&alice(), Kind::ProviderAccount, "aws-main"), "fleet:acme:providerAccount:aws-main");
+        assert_eq!(
+            idempotency_key(&alice(), &crate::kinds::PROVIDER_ACCOUNT, "aws-main"),
+            "fleet:acme:providerAccount:aws-main"
+        );
     }
 
     /// Our canonical writer agrees with the RFC 8785 implementation on awkward input:

@@ -9,13 +9,14 @@ mod document;
 pub mod error;
 mod estate;
 mod export;
+pub mod grammar;
 mod hash;
 pub mod json;
+pub mod kinds;
 
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod plan;
-mod schema;
 pub mod state;
 mod text;
 
@@ -32,7 +33,8 @@ mod alloc;
 mod memcmp;
 
 pub use error::{Error, ErrorCode, Problem};
-pub use state::{Binding, Caller, Flavor, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site, Snapshot};
+pub use kinds::{Catalog, Descriptor};
+pub use state::{Binding, Caller, Object, Snapshot, Value};
 
 pub use document::{PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
@@ -40,23 +42,39 @@ use estate::Estate;
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
 pub trait Host {
     fn caller(&self) -> Caller;
-    fn modules(&self) -> Vec<Kind>;
-    fn sites(&self) -> Vec<Site>;
-    fn provider_accounts(&self) -> Vec<ProviderAccount>;
-    fn pools(&self) -> Vec<Pool>;
-    fn owner_quotas(&self) -> Vec<OwnerQuota>;
-    fn offers(&self) -> Vec<Offer>;
-    fn flavors(&self) -> Vec<Flavor>;
-    fn bindings(&self) -> Vec<Binding>;
+    /// Everything the planner reads of the caller's tenant, kinds and fields as
+    /// `catalog` has them (the caller aside).
+    fn state(&self, catalog: &Catalog) -> Result<Snapshot, Error>;
     /// Runs a module method as the caller (apply only). Hosts without composite methods
     /// answer [`ErrorCode::Unsupported`].
     fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error>;
 }
 
+impl Host for Snapshot {
+    fn caller(&self) -> Caller {
+        self.caller.clone()
+    }
+
+    fn state(&self, _catalog: &Catalog) -> Result<Snapshot, Error> {
+        Ok(self.clone())
+    }
+
+    fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
+        Err(Error::new(ErrorCode::Unsupported, format!("this host cannot run {method}: it has no composite methods")))
+    }
+}
+
+/// Reads the caller's tenant once.
+fn estate(host: &dyn Host, catalog: Catalog) -> Result<Estate, Error> {
+    let mut snapshot = host.state(&catalog)?;
+    snapshot.caller = host.caller();
+    Ok(Estate::new(catalog, snapshot))
+}
+
 /// `{}` -> `{"document": FleetConfig, "missing": [...]}` (SPEC §6.1).
 pub fn export(host: &dyn Host, request: &str) -> Result<String, Error> {
     document::parse_export(request)?;
-    export::export(&Estate::new(Snapshot::read(host)))
+    export::export(&estate(host, Catalog::built_in())?)
 }
 
 /// `{"document", "prune"?}` -> Plan (SPEC §6.2).
@@ -82,8 +100,9 @@ fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan
             "planning needs an authenticated caller (a tenant and a principal)",
         ));
     }
-    let (request, problems) = document::parse_plan(request, is_apply)?;
-    let estate = Estate::new(Snapshot::read(host));
+    let catalog = Catalog::built_in();
+    let (request, problems) = document::parse_plan(&catalog, request, is_apply)?;
+    let estate = estate(host, catalog)?;
     let plan = plan::plan(&estate, &request, problems)?;
     Ok((plan, request.plan_hash))
 }

@@ -5,12 +5,13 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::{Serialize, Serializer};
 
-use crate::document::{PlanRequest, Problems, id_kind, pointer};
-use crate::estate::{Current, Estate};
+use crate::document::{PlanRequest, Problems, pointer};
+use crate::estate::Estate;
 use crate::hash;
-use crate::schema::{self, FieldType, Fields, Value};
+use crate::kinds::{Descriptor, Removal, Rule};
+use crate::state::{Object, Value};
 use crate::text;
-use crate::{Error, ErrorCode, Kind};
+use crate::{Error, ErrorCode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,12 +45,23 @@ pub(crate) struct FieldChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Change {
     pub(crate) action: Action,
-    pub(crate) kind: Kind,
+    pub(crate) kind: &'static str,
     pub(crate) key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) id: Option<String>,
     pub(crate) fields: Vec<FieldChange>,
     pub(crate) text: String,
+}
+
+/// An ordered JSON object of named values, serialized in the order given (call inputs),
+/// whatever the `serde_json` map features.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Fields(pub(crate) Vec<(&'static str, Value)>);
+
+impl Serialize for Fields {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (*name, value)))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -75,7 +87,7 @@ impl Call {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Blocked {
-    pub(crate) kind: Kind,
+    pub(crate) kind: &'static str,
     pub(crate) key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) field: Option<&'static str>,
@@ -97,7 +109,7 @@ pub(crate) struct Summary {
 /// what `prune` would do to it (SPEC §6.2 `leftAlone`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct LeftAlone {
-    pub(crate) kind: Kind,
+    pub(crate) kind: &'static str,
     pub(crate) key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) id: Option<String>,
@@ -137,7 +149,7 @@ fn canonical_blocked<S: Serializer>(blocked: &&[Blocked], serializer: S) -> Resu
         CanonicalMap([
             ("field", field.map(Member::Text)),
             ("key", Some(Member::Text(key))),
-            ("kind", Some(Member::Text(kind.name()))),
+            ("kind", Some(Member::Text(kind))),
             ("reason", Some(Member::Text(reason))),
         ])
     }))
@@ -162,7 +174,7 @@ fn canonical_changes<S: Serializer>(changes: &&[Change], serializer: S) -> Resul
             ("fields", Some(Member::FieldChanges(fields))),
             ("id", id.as_deref().map(Member::Text)),
             ("key", Some(Member::Text(key))),
-            ("kind", Some(Member::Text(kind.name()))),
+            ("kind", Some(Member::Text(kind))),
             ("text", Some(Member::Text(text))),
         ])
     }))
@@ -211,8 +223,8 @@ impl Serialize for Member<'_> {
 /// What a document key names.
 enum Target<'a> {
     /// An existing object (archived or not).
-    Existing(&'a Current),
-    /// An object to create, with its planned id (none for quotas).
+    Existing(&'a Object),
+    /// An object to create, with its planned id (none for kinds identified by a field).
     Create(Option<String>),
     /// An id key of no existing object.
     UnknownId,
@@ -226,39 +238,51 @@ struct Entry<'a> {
 }
 
 impl Entry<'_> {
-    /// The id the object has or will have (the owner for quotas).
+    /// The id the object has or will have (the identity field's value for kinds
+    /// identified by a field).
     fn id(&self) -> Option<&str> {
         match &self.target {
-            Target::Existing(current) => Some(&current.id),
+            Target::Existing(current) => Some(&current.key),
             Target::Create(id) => id.as_deref(),
             Target::UnknownId => Some(self.key),
         }
     }
+
+    fn current(&self) -> Option<&Object> {
+        match &self.target {
+            Target::Existing(current) => Some(current),
+            Target::Create(_) | Target::UnknownId => None,
+        }
+    }
 }
 
+/// A reason a change is blocked, with the field it is about (none: the whole object).
+type Reason = (Option<&'static str>, String);
+
 /// The planner at work: the state, the document's entries by kind, and how document
-/// keys and ids map to each other.
+/// keys and ids map to each other. A kind is its position in the estate's catalogue.
 struct Planner<'a> {
     estate: &'a Estate,
-    entries: [Vec<Entry<'a>>; 6],
+    entries: Vec<Vec<Entry<'a>>>,
     /// Per kind: document key -> id the object has or will have.
-    ids_by_key: [HashMap<&'a str, String>; 6],
+    ids_by_key: Vec<HashMap<&'a str, String>>,
     /// Per kind: that id -> document key.
-    keys_by_id: [HashMap<String, &'a str>; 6],
+    keys_by_id: Vec<HashMap<String, &'a str>>,
     /// Per kind: field positions by field name, the order of `fields`.
-    alphabetical: [Vec<usize>; 6],
+    alphabetical: Vec<Vec<usize>>,
     plan: Plan,
 }
 
 /// Plans a validated request against the state. `problems` are those validation found
 /// so far; key problems found here join them, and any problem fails the plan.
 pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problems) -> Result<Plan, Error> {
+    let kinds = estate.catalog.len();
     let mut planner = Planner {
         estate,
-        entries: Default::default(),
-        ids_by_key: Default::default(),
-        keys_by_id: Default::default(),
-        alphabetical: Kind::ALL.map(schema::alphabetical),
+        entries: (0..kinds).map(|_| Vec::new()).collect(),
+        ids_by_key: vec![HashMap::default(); kinds],
+        keys_by_id: vec![HashMap::default(); kinds],
+        alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical()).collect(),
         plan: Plan {
             changes: Vec::new(),
             calls: Vec::new(),
@@ -270,25 +294,25 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
     };
     planner.resolve_keys(request, &mut problems);
     problems.into_result()?;
-    for kind in Kind::ALL {
-        for position in 0..planner.entries[kind.index()].len() {
+    for kind in 0..kinds {
+        for position in 0..planner.entries[kind].len() {
             planner.plan_entry(kind, position);
         }
     }
     planner.prune(request.prune);
     let mut plan = planner.plan;
     plan.summary.blocked = plan.blocked.len();
-    plan.plan_hash = hash::plan_hash(&Hashed::of(request, &plan))?;
+    plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan))?;
     Ok(plan)
 }
 
 impl<'a> Hashed<'a> {
-    fn of(request: &'a PlanRequest, plan: &'a Plan) -> Hashed<'a> {
+    fn of(estate: &Estate, request: &'a PlanRequest, plan: &'a Plan) -> Hashed<'a> {
         Hashed {
             blocked: &plan.blocked,
             calls: &plan.calls,
             changes: &plan.changes,
-            document: request.document.canonical(),
+            document: request.document.canonical(&estate.catalog),
             prune: request.prune,
         }
     }
@@ -298,14 +322,13 @@ impl<'a> Planner<'a> {
     /// Finds what every document key names, and reports objects named by two keys.
     fn resolve_keys(&mut self, request: &'a PlanRequest, problems: &mut Problems) {
         let estate = self.estate;
-        for kind in Kind::ALL {
-            let index = kind.index();
+        for (kind, descriptor) in estate.catalog.iter() {
             let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::default();
             for (key, values) in request.document.section(kind) {
                 let key = key.as_str();
-                let target = if kind == Kind::OwnerQuota {
+                let target = if descriptor.upserted() {
                     estate.get(kind, key).map_or(Target::Create(None), Target::Existing)
-                } else if id_kind(key) == Some(kind) {
+                } else if estate.catalog.id_kind(key) == Some(kind) {
                     estate.get(kind, key).map_or(Target::UnknownId, Target::Existing)
                 } else {
                     match estate.bound(kind, key) {
@@ -314,40 +337,39 @@ impl<'a> Planner<'a> {
                             // Only for modules that do not run: the object is out of sight.
                             None => Target::Create(Some(id.to_owned())),
                         },
-                        None => Target::Create(hash::planned_id(&estate.caller, kind, key)),
+                        None => Target::Create(hash::planned_id(&estate.caller, descriptor, key)),
                     }
                 };
                 if let Target::Existing(current) = &target
-                    && let Some(first) = keys_by_existing_id.insert(&current.id, key)
+                    && let Some(first) = keys_by_existing_id.insert(&current.key, key)
                 {
                     problems.push(
-                        pointer(&[kind.section(), key]),
-                        format!("names the same {} as the key {first:?}", kind.name()),
+                        pointer(&[descriptor.section, key]),
+                        format!("names the same {} as the key {first:?}", descriptor.kind),
                     );
                 }
                 let entry = Entry { key, values, target };
                 if let Some(id) = entry.id() {
-                    self.ids_by_key[index].insert(key, id.to_owned());
-                    self.keys_by_id[index].insert(id.to_owned(), key);
+                    self.ids_by_key[kind].insert(key, id.to_owned());
+                    self.keys_by_id[kind].insert(id.to_owned(), key);
                 }
-                self.entries[index].push(entry);
+                self.entries[kind].push(entry);
             }
         }
     }
 
     /// The id a reference resolves to: an object of the document, else a live object
     /// of the state by bound name or id, else the current reference when unchanged.
-    fn resolve<'s>(&'s self, kind: Kind, text: &'s str, current: Option<&'s str>) -> Option<&'s str> {
-        let index = kind.index();
-        if let Some(id) = self.ids_by_key[index].get(text) {
+    fn resolve<'s>(&'s self, kind: usize, text: &'s str, current: Option<&'s str>) -> Option<&'s str> {
+        if let Some(id) = self.ids_by_key[kind].get(text) {
             return Some(id);
         }
-        if self.keys_by_id[index].contains_key(text) {
+        if self.keys_by_id[kind].contains_key(text) {
             return Some(text);
         }
         let named = match self.estate.bound(kind, text) {
             Some(id) => Some(id),
-            None => (id_kind(text) == Some(kind)).then_some(text),
+            None => (self.estate.catalog.id_kind(text) == Some(kind)).then_some(text),
         };
         if let Some(id) = named {
             let live = self.estate.get(kind, id).is_some_and(|object| !object.archived);
@@ -358,82 +380,77 @@ impl<'a> Planner<'a> {
         (current == Some(text)).then_some(text)
     }
 
-    fn plan_entry(&mut self, kind: Kind, position: usize) {
+    fn plan_entry(&mut self, kind: usize, position: usize) {
         let estate = self.estate;
-        let entry = &self.entries[kind.index()][position];
+        let descriptor = estate.kind(kind);
+        let entry = &self.entries[kind][position];
         let (key, values) = (entry.key, entry.values);
         let unknown_id = matches!(entry.target, Target::UnknownId);
-        let specs = schema::fields(kind);
-        let current = match &entry.target {
-            Target::Existing(current) => Some(*current),
-            Target::Create(_) | Target::UnknownId => None,
-        };
+        let fields = descriptor.fields;
+        let current = entry.current();
         let id = || entry.id().map(str::to_owned);
 
         // References resolved to ids; `None` for other fields and unknown references.
-        let mut resolved: Vec<Option<&str>> = vec![None; specs.len()];
-        let mut reasons: Vec<(Option<&'static str>, String)> = Vec::new();
+        let mut resolved: Vec<Option<&str>> = vec![None; fields.len()];
+        let mut reasons: Vec<Reason> = Vec::new();
         if unknown_id {
-            reasons.push((None, format!("no {} with id {key}", kind.name())));
+            reasons.push((None, format!("no {} with id {key}", descriptor.kind)));
         }
-        for (index, spec) in specs.iter().enumerate() {
-            if let FieldType::Ref(target) = spec.ty {
+        for (index, field) in fields.iter().enumerate() {
+            if let Some(target) = estate.catalog.target(kind, index) {
                 let text = values[index].as_text();
                 resolved[index] = self.resolve(target, text, current.map(|current| current.values[index].as_text()));
                 if resolved[index].is_none() {
                     reasons.push((
-                        Some(spec.name),
-                        format!("{} {text:?} is neither in the document nor a live {}", spec.name, target.name()),
+                        Some(field.name),
+                        format!(
+                            "{} {text:?} is neither in the document nor a live {}",
+                            field.name,
+                            estate.kind(target).kind
+                        ),
                     ));
                 }
             }
         }
 
         // Changed fields, in alphabetical order, with `from` as export would show it.
-        let mut fields: Vec<FieldChange> = Vec::new();
+        let mut changes: Vec<FieldChange> = Vec::new();
         let mut changed: Vec<usize> = Vec::new();
-        for &index in &self.alphabetical[kind.index()] {
-            let spec = &specs[index];
-            match current {
-                None => fields.push(FieldChange { field: spec.name, from: None, to: values[index].clone() }),
-                Some(current) => {
-                    let differs = match spec.ty {
-                        FieldType::Ref(_) => resolved[index] != Some(current.values[index].as_text()),
-                        _ => values[index] != current.values[index],
-                    };
-                    if !differs {
-                        continue;
-                    }
-                    let from = match spec.ty {
-                        FieldType::Ref(target) => {
-                            Value::Text(estate.key_of(target, current.values[index].as_text()).to_owned())
-                        }
-                        _ => current.values[index].clone(),
-                    };
-                    if kind == Kind::Site {
-                        let reason = format!(
-                            "sites are never changed by fleet ({} {} -> {})",
-                            spec.name,
-                            from.display(),
-                            values[index].display()
-                        );
-                        reasons.push((Some(spec.name), reason));
-                    } else if spec.immutable {
-                        let reason =
-                            format!("{} is immutable ({} -> {})", spec.name, from.display(), values[index].display());
-                        reasons.push((Some(spec.name), reason));
-                    }
-                    changed.push(index);
-                    fields.push(FieldChange { field: spec.name, from: Some(from), to: values[index].clone() });
-                }
+        for &index in &self.alphabetical[kind] {
+            let field = &fields[index];
+            let Some(current) = current else {
+                changes.push(FieldChange { field: field.name, from: None, to: values[index].clone() });
+                continue;
+            };
+            let target = estate.catalog.target(kind, index);
+            let differs = match target {
+                Some(_) => resolved[index] != Some(current.values[index].as_text()),
+                None => values[index] != current.values[index],
+            };
+            if !differs {
+                continue;
             }
+            let from = match target {
+                Some(target) => Value::Text(estate.key_of(target, current.values[index].as_text()).to_owned()),
+                None => current.values[index].clone(),
+            };
+            let (was, to) = (from.display(), values[index].display());
+            if !descriptor.fleet_updates {
+                let reason =
+                    format!("{} are never changed by fleet ({} {was} -> {to})", descriptor.section, field.name);
+                reasons.push((Some(field.name), reason));
+            } else if field.immutable {
+                reasons.push((Some(field.name), format!("{} is immutable ({was} -> {to})", field.name)));
+            }
+            changed.push(index);
+            changes.push(FieldChange { field: field.name, from: Some(from), to: values[index].clone() });
         }
 
-        if kind == Kind::Offer {
-            self.check_offer_owner(values, &resolved, &mut reasons);
+        for rule in descriptor.rules {
+            self.check_rule(kind, *rule, values, &resolved, &mut reasons);
         }
         if !estate.runs(kind) {
-            reasons = vec![(None, format!("the {} module is not run by this deployment", kind.group()))];
+            reasons = vec![(None, format!("the {} module is not run by this deployment", descriptor.group))];
         }
         // Key problems first, then by field name like `fields`; stable within a field.
         reasons.sort_by_key(|(field, _)| *field);
@@ -444,8 +461,9 @@ impl<'a> Planner<'a> {
                 Some(current) if current.archived && changed.is_empty() => Action::Restore,
                 Some(_) => Action::Update,
             };
-            let text = text::blocked(kind, key, reasons.iter().map(|(_, reason)| reason.as_str()));
-            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id: id(), fields, text });
+            let text = text::blocked(descriptor, key, reasons.iter().map(|(_, reason)| reason.as_str()));
+            let kind = descriptor.kind;
+            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id: id(), fields: changes, text });
             self.plan.blocked.extend(reasons.into_iter().map(|(field, reason)| Blocked {
                 kind,
                 key: key.to_owned(),
@@ -460,41 +478,51 @@ impl<'a> Planner<'a> {
             None => values[index].clone(),
         };
         let id = id();
+        let identity = (descriptor.identity_name(), Value::Text(id.as_deref().unwrap_or(key).to_owned()));
         let Some(current) = current else {
-            let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
-            input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+            let mut input = Fields(vec![identity]);
+            input.0.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
             self.plan.summary.create += 1;
-            let text = text::create(kind, key, values);
-            self.plan.changes.push(Change { action: Action::Create, kind, key: key.to_owned(), id, fields, text });
-            let idempotency_key = kind.id_prefix().map(|_| hash::idempotency_key(&estate.caller, kind, key));
-            let method = if kind == Kind::OwnerQuota { "set" } else { "create" };
-            self.plan.calls.push(Call { method: method_name(kind, method), input, idempotency_key });
+            let text = text::create(descriptor, key, values);
+            self.plan.changes.push(Change {
+                action: Action::Create,
+                kind: descriptor.kind,
+                key: key.to_owned(),
+                id,
+                fields: changes,
+                text,
+            });
+            let idempotency_key =
+                descriptor.id_prefix().map(|_| hash::idempotency_key(&estate.caller, descriptor, key));
+            let verb = if descriptor.upserted() { "set" } else { "create" };
+            self.plan.calls.push(Call { method: descriptor.method(verb), input, idempotency_key });
             return;
         };
 
-        // The update's input, while the resolved references are at hand.
+        // The update's input, while the resolved references are at hand: an upsert
+        // states the whole object, an update what changed.
         let update = (!changed.is_empty()).then(|| {
-            let mut input = Fields(vec![identity(kind, key, id.as_deref())]);
-            if kind == Kind::OwnerQuota {
-                input.0.extend(specs.iter().enumerate().map(|(index, spec)| (spec.name, resolved_value(index))));
+            let mut input = Fields(vec![identity]);
+            if descriptor.upserted() {
+                input.0.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
             } else {
                 changed.sort_unstable();
-                input.0.extend(changed.iter().map(|&index| (specs[index].name, resolved_value(index))));
+                input.0.extend(changed.iter().map(|&index| (fields[index].name, resolved_value(index))));
             }
             input
         });
         if current.archived {
             self.plan.summary.restore += 1;
-            let text = text::restore(kind, key);
+            let text = text::restore(descriptor, key);
             self.plan.changes.push(Change {
                 action: Action::Restore,
-                kind,
+                kind: descriptor.kind,
                 key: key.to_owned(),
                 id: id.clone(),
                 fields: Vec::new(),
                 text,
             });
-            self.plan.calls.push(removal_call(kind, "restore", &current.id));
+            self.plan.calls.push(removal_call(descriptor, "restore", &current.key));
         }
         let Some(input) = update else {
             if !current.archived {
@@ -504,135 +532,135 @@ impl<'a> Planner<'a> {
         };
         self.plan.summary.update += 1;
         let text = text::update(
-            kind,
+            descriptor,
             key,
-            fields.iter().map(|change| (change.field, change.from.as_ref().unwrap_or(&change.to), &change.to)),
+            changes.iter().map(|change| (change.field, change.from.as_ref().unwrap_or(&change.to), &change.to)),
         );
-        self.plan.changes.push(Change { action: Action::Update, kind, key: key.to_owned(), id, fields, text });
-        let method = if kind == Kind::OwnerQuota { "set" } else { "update" };
-        self.plan.calls.push(Call { method: method_name(kind, method), input, idempotency_key: None });
+        self.plan.changes.push(Change {
+            action: Action::Update,
+            kind: descriptor.kind,
+            key: key.to_owned(),
+            id,
+            fields: changes,
+            text,
+        });
+        let verb = if descriptor.upserted() { "set" } else { "update" };
+        self.plan.calls.push(Call { method: descriptor.method(verb), input, idempotency_key: None });
     }
 
-    /// An offer must not go `to` the owner of its pool (the document's pool if there,
-    /// else the state's).
-    fn check_offer_owner(
+    /// A rule of the kind over the object and those it references; the referenced
+    /// object is the document's if it is there, else the state's.
+    fn check_rule(
         &self,
+        kind: usize,
+        rule: Rule,
         values: &[Value],
         resolved: &[Option<&str>],
-        reasons: &mut Vec<(Option<&'static str>, String)>,
+        reasons: &mut Vec<Reason>,
     ) {
-        let (Some(pool_at), Some(to_at), Some(owner_at)) = (
-            schema::position(Kind::Offer, "pool"),
-            schema::position(Kind::Offer, "to"),
-            schema::position(Kind::Pool, "owner"),
-        ) else {
-            return;
-        };
-        let Some(pool_id) = resolved[pool_at] else {
-            return;
-        };
-        let pools = Kind::Pool.index();
-        let owner = match self.keys_by_id[pools].get(pool_id) {
-            Some(pool_key) => self.entries[pools]
-                .binary_search_by(|entry| entry.key.cmp(pool_key))
-                .ok()
-                .map(|found| self.entries[pools][found].values[owner_at].as_text()),
-            None => self.estate.get(Kind::Pool, pool_id).map(|pool| pool.values[owner_at].as_text()),
-        };
-        let to = values[to_at].as_text();
-        if owner == Some(to) {
-            reasons.push((Some("to"), format!("to is the owner of pool {} ({to})", values[pool_at].as_text())));
+        let descriptor = self.estate.kind(kind);
+        match rule {
+            Rule::Differs { field, via, other } => {
+                let (Some(field_at), Some(via_at)) = (descriptor.position(field), descriptor.position(via)) else {
+                    return;
+                };
+                let Some(target) = self.estate.catalog.target(kind, via_at) else { return };
+                let (Some(other_at), Some(referenced)) = (self.estate.kind(target).position(other), resolved[via_at])
+                else {
+                    return;
+                };
+                let theirs = match self.keys_by_id[target].get(referenced) {
+                    Some(key) => self.entries[target]
+                        .binary_search_by(|entry| entry.key.cmp(key))
+                        .ok()
+                        .map(|found| &self.entries[target][found].values[other_at]),
+                    None => self.estate.get(target, referenced).map(|object| &object.values[other_at]),
+                };
+                let ours = &values[field_at];
+                if theirs == Some(ours) {
+                    let target = self.estate.kind(target).kind;
+                    let reason =
+                        format!("{field} is the {other} of {target} {} ({})", values[via_at].as_text(), ours.display());
+                    reasons.push((Some(field), reason));
+                }
+            }
         }
     }
 
-    /// With prune: removes live objects the document leaves out (SPEC §6.2), in reverse
-    /// kind order, by key within a kind.
-    /// The live objects the document leaves out (never sites, nor kinds whose module
-    /// does not run): removed when `prune` is on, listed as left alone otherwise, with
-    /// what `prune` would do. Accounts a live pool still uses stay either way.
+    /// The live objects the document leaves out (never those of kinds that are never
+    /// removed or whose module does not run): removed when `prune` is on, listed as
+    /// left alone otherwise, with what `prune` would do; in reverse kind order, by key
+    /// within a kind. An object that is deleted rather than archived stays either way
+    /// while an object that stays live after the plan references it.
     fn prune(&mut self, prune: bool) {
         let estate = self.estate;
-        let used_accounts = self.accounts_used_after_plan();
-        for kind in Kind::ALL.into_iter().rev() {
-            if kind == Kind::Site || !estate.runs(kind) {
-                continue;
+        let catalog = &estate.catalog;
+        // Per kind, the ids that objects live after the plan reference.
+        let mut used: Vec<HashSet<String>> = vec![HashSet::default(); catalog.len()];
+        for (kind, descriptor) in catalog.iter() {
+            for entry in &self.entries[kind] {
+                for index in 0..descriptor.fields.len() {
+                    let Some(target) = catalog.target(kind, index) else { continue };
+                    let current = entry.current().map(|current| current.values[index].as_text());
+                    if let Some(id) = self.resolve(target, entry.values[index].as_text(), current) {
+                        used[target].insert(id.to_owned());
+                    }
+                }
             }
-            let in_document = &self.keys_by_id[kind.index()];
-            let mut removals: Vec<(&str, &Current)> = estate
-                .objects(kind)
-                .iter()
-                .filter(|object| !object.archived && !in_document.contains_key(&object.id))
-                .filter(|object| kind != Kind::ProviderAccount || !used_accounts.contains(&object.id))
-                .map(|object| (estate.key_of(kind, &object.id), object))
-                .collect();
+        }
+        // Referrers come after what they reference, so walking back decides every
+        // referrer before its references.
+        for (kind, descriptor) in catalog.iter().rev() {
+            let removable = estate.runs(kind) && descriptor.removal != Removal::Never;
+            let in_document = &self.keys_by_id[kind];
+            let mut removals: Vec<(&str, &Object)> = Vec::new();
+            for object in estate.objects(kind).iter().filter(|object| !object.archived) {
+                if in_document.contains_key(&object.key) {
+                    continue;
+                }
+                let kept = !removable || (descriptor.removal == Removal::Delete && used[kind].contains(&object.key));
+                if !kept {
+                    removals.push((estate.key_of(kind, &object.key), object));
+                    continue;
+                }
+                for (index, value) in object.values.iter().enumerate() {
+                    if let Some(target) = catalog.target(kind, index) {
+                        used[target].insert(value.as_text().to_owned());
+                    }
+                }
+            }
             removals.sort_unstable_by(|left, right| left.0.cmp(right.0));
-            let action = if kind == Kind::Pool { Action::Archive } else { Action::Delete };
+            let action = if descriptor.removal == Removal::Archive { Action::Archive } else { Action::Delete };
             for (key, object) in removals {
-                let id = kind.id_prefix().map(|_| object.id.clone());
+                let id = descriptor.id_prefix().map(|_| object.key.clone());
                 if !prune {
-                    self.plan.left_alone.push(LeftAlone { kind, key: key.to_owned(), id, action });
+                    self.plan.left_alone.push(LeftAlone { kind: descriptor.kind, key: key.to_owned(), id, action });
                     continue;
                 }
                 match action {
                     Action::Archive => self.plan.summary.archive += 1,
                     _ => self.plan.summary.delete += 1,
                 }
-                let text = text::removal(kind, key, action.verb());
-                self.plan.changes.push(Change { action, kind, key: key.to_owned(), id, fields: Vec::new(), text });
-                self.plan.calls.push(removal_call(kind, action.verb(), &object.id));
+                let text = text::removal(descriptor, key, action.verb());
+                self.plan.changes.push(Change {
+                    action,
+                    kind: descriptor.kind,
+                    key: key.to_owned(),
+                    id,
+                    fields: Vec::new(),
+                    text,
+                });
+                self.plan.calls.push(removal_call(descriptor, action.verb(), &object.key));
             }
         }
-    }
-
-    /// Accounts used by a pool that stays live after the plan: the document's pools
-    /// (with their new account), and live pools of the state the plan does not archive.
-    fn accounts_used_after_plan(&self) -> HashSet<String> {
-        let Some(account_at) = schema::position(Kind::Pool, "account") else {
-            return HashSet::default();
-        };
-        let pools = Kind::Pool.index();
-        let mut used: HashSet<String> = HashSet::default();
-        for entry in &self.entries[pools] {
-            let current = match &entry.target {
-                Target::Existing(current) => Some(current.values[account_at].as_text()),
-                Target::Create(_) | Target::UnknownId => None,
-            };
-            if let Some(id) = self.resolve(Kind::ProviderAccount, entry.values[account_at].as_text(), current) {
-                used.insert(id.to_owned());
-            }
-        }
-        // As `prune` would have it: every live pool the document leaves out is archived,
-        // unless its module does not run; the document gives the others' account.
-        let pools_pruned = self.estate.runs(Kind::Pool);
-        for pool in self.estate.objects(Kind::Pool) {
-            let in_document = self.keys_by_id[pools].contains_key(&pool.id);
-            if !pool.archived && !in_document && !pools_pruned {
-                used.insert(pool.values[account_at].as_text().to_owned());
-            }
-        }
-        used
-    }
-}
-
-/// `compute.<group>.<verb>`.
-fn method_name(kind: Kind, verb: &str) -> String {
-    format!("compute.{}.{verb}", kind.group())
-}
-
-/// The first input field of a call: `id`, or `owner` for quotas.
-fn identity(kind: Kind, key: &str, id: Option<&str>) -> (&'static str, Value) {
-    match (kind, id) {
-        (Kind::OwnerQuota, _) | (_, None) => ("owner", Value::Text(key.to_owned())),
-        (_, Some(id)) => ("id", Value::Text(id.to_owned())),
     }
 }
 
 /// A call that takes only the object's identity: delete, archive, restore.
-fn removal_call(kind: Kind, verb: &str, id: &str) -> Call {
-    let field = if kind == Kind::OwnerQuota { "owner" } else { "id" };
+fn removal_call(kind: &Descriptor, verb: &str, key: &str) -> Call {
     Call {
-        method: method_name(kind, verb),
-        input: Fields(vec![(field, Value::Text(id.to_owned()))]),
+        method: kind.method(verb),
+        input: Fields(vec![(kind.identity_name(), Value::Text(key.to_owned()))]),
         idempotency_key: None,
     }
 }
@@ -640,8 +668,8 @@ fn removal_call(kind: Kind, verb: &str, id: &str) -> Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Snapshot;
     use crate::document::parse_plan;
+    use crate::{Catalog, Snapshot};
     use serde_json::json;
 
     const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -666,8 +694,9 @@ mod tests {
     #[test]
     fn the_hash_covers_the_values_changed_from() {
         let planned = |vcpus: u64| {
-            let mut state = snapshot(json!(Kind::ALL), false);
-            state.pools[0].vcpus = vcpus;
+            let mut state =
+                snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), false);
+            state.objects_mut("pool")[0].values[4] = Value::Count(vcpus);
             let document = json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o",
                                                      "vcpus": 70}}});
             plan_of(state, document, false)
@@ -686,9 +715,13 @@ mod tests {
             let case = case.unwrap().path();
             let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap();
             let snapshot: Snapshot = serde_json::from_str(&read("state.json")).unwrap();
-            let Ok((request, problems)) = parse_plan(&read("request.json"), false) else { continue };
-            let Ok(plan) = plan(&Estate::new(snapshot), &request, problems) else { continue };
-            assert!(hash::write_if_canonical(&Hashed::of(&request, &plan), std::io::sink()).unwrap(), "{case:?}");
+            let Ok((request, problems)) = parse_plan(&Catalog::built_in(), &read("request.json"), false) else {
+                continue;
+            };
+            let estate = Estate::new(Catalog::built_in(), snapshot);
+            let Ok(plan) = plan(&estate, &request, problems) else { continue };
+            let hashed = Hashed::of(&estate, &request, &plan);
+            assert!(hash::write_if_canonical(&hashed, std::io::sink()).unwrap(), "{case:?}");
             planned += 1;
         }
         assert!(planned >= 15, "{planned} golden cases plan");
@@ -696,8 +729,9 @@ mod tests {
 
     fn plan_of(snapshot: Snapshot, document: serde_json::Value, prune: bool) -> Plan {
         let (request, problems) =
-            parse_plan(&json!({"document": document, "prune": prune}).to_string(), false).unwrap();
-        plan(&Estate::new(snapshot), &request, problems).unwrap()
+            parse_plan(&Catalog::built_in(), &json!({"document": document, "prune": prune}).to_string(), false)
+                .unwrap();
+        plan(&Estate::new(Catalog::built_in(), snapshot), &request, problems).unwrap()
     }
 
     fn methods(plan: &Plan) -> Vec<&str> {
@@ -711,7 +745,11 @@ mod tests {
             "pools": {"new": {"site": SITE, "account": "acct", "class": "gpu", "owner": "o"}},
             "providerAccounts": {"acct": {"provider": "aws"}}
         });
-        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        let plan = plan_of(
+            snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), false),
+            document,
+            true,
+        );
         assert_eq!(
             methods(&plan),
             [
@@ -736,11 +774,19 @@ mod tests {
         let plan = plan_of(snapshot(modules, false), json!({}), true);
         assert_eq!(methods(&plan), ["compute.flavors.delete"]);
         // An archived pool does not keep its account.
-        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({}), true);
+        let plan = plan_of(
+            snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), true),
+            json!({}),
+            true,
+        );
         assert_eq!(methods(&plan), ["compute.flavors.delete", "compute.accounts.delete"]);
         // A pool of the document does.
         let document = json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o"}}});
-        let plan = plan_of(snapshot(json!(Kind::ALL), false), document, true);
+        let plan = plan_of(
+            snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), false),
+            document,
+            true,
+        );
         assert_eq!(methods(&plan), ["compute.flavors.delete"]);
     }
 
@@ -748,10 +794,18 @@ mod tests {
     fn restore_comes_before_update_and_archived_objects_are_not_pruned_again() {
         let document =
             json!({"pools": {"old": {"site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "gpus": 1}}});
-        let plan = plan_of(snapshot(json!(Kind::ALL), true), document, false);
+        let plan = plan_of(
+            snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), true),
+            document,
+            false,
+        );
         assert_eq!(methods(&plan), ["compute.pools.restore", "compute.pools.update"]);
         assert_eq!(plan.changes[1].text, "~ pool old: update (gpus 0 -> 1)");
-        let plan = plan_of(snapshot(json!(Kind::ALL), true), json!({"flavors": {}}), true);
+        let plan = plan_of(
+            snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), true),
+            json!({"flavors": {}}),
+            true,
+        );
         assert!(!methods(&plan).contains(&"compute.pools.archive"));
     }
 }

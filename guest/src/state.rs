@@ -1,11 +1,35 @@
-//! The tenant's state as the module adapters report it: ids for references, maps sorted.
+//! The tenant's state as the planner reads it, kind-generically: per kind, objects with
+//! their fields in descriptor order (references are ids), the kinds whose modules run,
+//! and fleet's name bindings. It has two forms:
+//!
+//! - **JSON** (`compute.preview.snapshot`, the golden cases' `state.json`): `{"caller",
+//!   "modules": [kind], <section>: [object as the API writes it], "bindings": [{"kind",
+//!   "name", "id"}]}`; absent fields take their defaults.
+//! - **The state encoding**, which crosses the WIT boundary in one copy (`wit/fleet.wit`
+//!   documents it for other hosts): self-describing, little-endian, strings as a `u32`
+//!   byte length and UTF-8.
+//!
+//!   ```text
+//!   state    = version:u8 (1) · modules:u32 · kind:str* · tables:u32 · table*
+//!              · bindings:u32 · (kind:str · name:str · id:str)*
+//!   table    = section:str · fields:u32 · name:str* · rows:u32 · row*
+//!   row      = values:u32 · (field:u32 · value)*     field indexes the table's names
+//!   value    = 0:u8 · str | 1:u8 · u64 | 2:u8 · (0|1):u8 | 3:u8 · pairs:u32 · (str · str)*
+//!   ```
+//!
+//!   A table's names are the kind's identity (`id`, or e.g. `owner`), `archived`, and
+//!   any of its fields; a row gives each at most once, absent ones take their defaults.
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-use crate::{Error, ErrorCode, Host};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value as Json};
+
+use crate::kinds::{Catalog, Descriptor, FieldType};
+use crate::{Error, ErrorCode};
 
 /// A string-to-string map (`labels`, `settings`), sorted by key.
-pub type StringMap = std::collections::BTreeMap<String, String>;
+pub type StringMap = BTreeMap<String, String>;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -14,267 +38,613 @@ pub struct Caller {
     pub principal: String,
 }
 
-/// The kinds of SPEC §4, in dependency order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Kind {
-    Site,
-    ProviderAccount,
-    Pool,
-    OwnerQuota,
-    Offer,
-    Flavor,
+/// One field's value. References are [`Value::Text`]: a document key (or id) in a
+/// document, an id in state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Text(String),
+    Count(u64),
+    Bool(bool),
+    Map(StringMap),
 }
 
-impl Kind {
-    /// Every kind, in dependency order (creates run in this order, removals in reverse).
-    pub const ALL: [Kind; 6] =
-        [Kind::Site, Kind::ProviderAccount, Kind::Pool, Kind::OwnerQuota, Kind::Offer, Kind::Flavor];
-
-    /// The kind name used in plans, ids and idempotency keys.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Site => "site",
-            Kind::ProviderAccount => "providerAccount",
-            Kind::Pool => "pool",
-            Kind::OwnerQuota => "ownerQuota",
-            Kind::Offer => "offer",
-            Kind::Flavor => "flavor",
+impl Value {
+    /// The default of an omitted field (SPEC §5): `""`, `0`, `false`, `{}`.
+    pub fn default_of(ty: FieldType) -> Value {
+        match ty {
+            FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::Text(String::new()),
+            FieldType::Count => Value::Count(0),
+            FieldType::Bool => Value::Bool(false),
+            FieldType::Map => Value::Map(StringMap::new()),
         }
     }
 
-    /// The FleetConfig section.
-    pub fn section(self) -> &'static str {
+    /// Whether the value has the shape a field of `ty` holds.
+    pub fn fits(&self, ty: FieldType) -> bool {
+        matches!(
+            (self, ty),
+            (Value::Text(_), FieldType::String | FieldType::Name | FieldType::Ref(_))
+                | (Value::Count(_), FieldType::Count)
+                | (Value::Bool(_), FieldType::Bool)
+                | (Value::Map(_), FieldType::Map)
+        )
+    }
+
+    pub fn as_text(&self) -> &str {
         match self {
-            Kind::Site => "sites",
-            Kind::ProviderAccount => "providerAccounts",
-            Kind::Pool => "pools",
-            Kind::OwnerQuota => "ownerQuotas",
-            Kind::Offer => "offers",
-            Kind::Flavor => "flavors",
+            Value::Text(text) => text,
+            Value::Count(_) | Value::Bool(_) | Value::Map(_) => "",
         }
     }
 
-    /// The API group (and module) that owns the kind.
-    pub fn group(self) -> &'static str {
+    pub fn as_count(&self) -> u64 {
         match self {
-            Kind::Site => "sites",
-            Kind::ProviderAccount => "accounts",
-            Kind::Pool => "pools",
-            Kind::OwnerQuota => "quotas",
-            Kind::Offer => "offers",
-            Kind::Flavor => "flavors",
+            Value::Count(count) => *count,
+            Value::Text(_) | Value::Bool(_) | Value::Map(_) => 0,
         }
     }
 
-    /// The kind's position in [`Kind::ALL`].
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The kind whose FleetConfig section is `section`.
-    pub(crate) fn from_section(section: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|kind| kind.section() == section)
-    }
-
-    /// The id prefix; owner quotas have no ids.
-    pub fn id_prefix(self) -> Option<&'static str> {
+    /// The value as a person reads it in a text line: strings bare (`""` when empty),
+    /// maps as compact JSON.
+    pub fn display(&self) -> String {
         match self {
-            Kind::Site => Some("site"),
-            Kind::ProviderAccount => Some("acct"),
-            Kind::Pool => Some("pool"),
-            Kind::OwnerQuota => None,
-            Kind::Offer => Some("offer"),
-            Kind::Flavor => Some("flv"),
+            Value::Text(text) if text.is_empty() => "\"\"".to_owned(),
+            Value::Text(text) => text.clone(),
+            Value::Count(count) => count.to_string(),
+            Value::Bool(flag) => flag.to_string(),
+            Value::Map(map) => serde_json::to_string(map).unwrap_or_default(),
+        }
+    }
+
+    /// The value of a JSON value, if it is a string, a count, a boolean or a map of
+    /// strings.
+    pub fn from_json(json: &Json) -> Option<Value> {
+        match json {
+            Json::String(text) => Some(Value::Text(text.clone())),
+            Json::Bool(flag) => Some(Value::Bool(*flag)),
+            Json::Object(map) => map
+                .iter()
+                .map(|(key, value)| value.as_str().map(|value| (key.clone(), value.to_owned())))
+                .collect::<Option<StringMap>>()
+                .map(Value::Map),
+            Json::Number(_) => crate::json::count(json).map(Value::Count),
+            Json::Null | Json::Array(_) => None,
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Site {
-    pub id: String,
-    pub region: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub labels: StringMap,
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Text(text) => serializer.serialize_str(text),
+            Value::Count(count) => serializer.serialize_u64(*count),
+            Value::Bool(flag) => serializer.serialize_bool(*flag),
+            Value::Map(map) => map.serialize(serializer),
+        }
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ProviderAccount {
-    pub id: String,
-    pub provider: String,
-    #[serde(default)]
-    pub credentials_ref: String,
-    #[serde(default)]
-    pub settings: StringMap,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Pool {
-    pub id: String,
-    pub site: String,
-    pub account: String,
-    pub class: String,
-    pub owner: String,
-    #[serde(default)]
-    pub vcpus: u64,
-    #[serde(default)]
-    pub memory_mib: u64,
-    #[serde(default)]
-    pub gpus: u64,
-    #[serde(default)]
-    pub labels: StringMap,
-    #[serde(default)]
-    pub archived: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct OwnerQuota {
-    pub owner: String,
-    #[serde(default)]
-    pub vcpus: u64,
-    #[serde(default)]
-    pub memory_mib: u64,
-    #[serde(default)]
-    pub gpus: u64,
-    #[serde(default)]
-    pub instances: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Offer {
-    pub id: String,
-    pub pool: String,
-    pub to: String,
-    #[serde(default)]
-    pub vcpus: u64,
-    #[serde(default)]
-    pub memory_mib: u64,
-    #[serde(default)]
-    pub gpus: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Flavor {
-    pub id: String,
-    pub pool: String,
-    #[serde(default)]
-    pub vcpus: u64,
-    #[serde(default)]
-    pub memory_mib: u64,
-    #[serde(default)]
-    pub gpus: u64,
-    #[serde(default)]
-    pub disk_gib: u64,
-    #[serde(default)]
+/// One object as the state reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// The id; the identity field's value for kinds identified by a field.
+    pub key: String,
+    /// Every field of the kind, in descriptor order (references are ids).
+    pub values: Vec<Value>,
     pub archived: bool,
 }
 
 /// A name fleet gave an object it created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Binding {
-    pub kind: Kind,
+    /// The kind name.
+    pub kind: String,
     pub name: String,
     pub id: String,
 }
 
 /// Everything the planner reads of a tenant, in one value: what a host reports, or a
-/// fixture of the golden tests (`state.json`). As a [`Host`] it cannot invoke methods.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// fixture of the golden tests (`state.json`). As a [`crate::Host`] it cannot invoke
+/// methods.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub caller: Caller,
-    #[serde(default = "all_kinds")]
-    pub modules: Vec<Kind>,
-    #[serde(default)]
-    pub sites: Vec<Site>,
-    #[serde(default)]
-    pub provider_accounts: Vec<ProviderAccount>,
-    #[serde(default)]
-    pub pools: Vec<Pool>,
-    #[serde(default)]
-    pub owner_quotas: Vec<OwnerQuota>,
-    #[serde(default)]
-    pub offers: Vec<Offer>,
-    #[serde(default)]
-    pub flavors: Vec<Flavor>,
-    #[serde(default)]
+    /// The kinds (by name) whose modules this deployment runs.
+    pub modules: Vec<String>,
+    /// Objects per kind name. A kind whose module does not run has none.
+    pub tables: BTreeMap<String, Vec<Object>>,
     pub bindings: Vec<Binding>,
 }
 
-fn all_kinds() -> Vec<Kind> {
-    Kind::ALL.to_vec()
-}
-
 impl Snapshot {
-    /// A tenant with nothing in it, every module run.
+    /// A tenant with nothing in it, every built-in module run.
     pub fn empty(caller: Caller) -> Snapshot {
-        Snapshot {
-            caller,
-            modules: all_kinds(),
-            sites: Vec::new(),
-            provider_accounts: Vec::new(),
-            pools: Vec::new(),
-            owner_quotas: Vec::new(),
-            offers: Vec::new(),
-            flavors: Vec::new(),
-            bindings: Vec::new(),
-        }
+        let modules = crate::kinds::BUILT_IN.iter().map(|kind| kind.kind.to_owned()).collect();
+        Snapshot { caller, modules, tables: BTreeMap::new(), bindings: Vec::new() }
     }
 
-    /// Reads everything once from a host: one call per table.
-    pub fn read(host: &dyn Host) -> Snapshot {
-        Snapshot {
-            caller: host.caller(),
-            modules: host.modules(),
-            sites: host.sites(),
-            provider_accounts: host.provider_accounts(),
-            pools: host.pools(),
-            owner_quotas: host.owner_quotas(),
-            offers: host.offers(),
-            flavors: host.flavors(),
-            bindings: host.bindings(),
+    /// The objects of a kind.
+    pub fn objects(&self, kind: &str) -> &[Object] {
+        self.tables.get(kind).map_or(&[], Vec::as_slice)
+    }
+
+    /// The objects of a kind, to change.
+    pub fn objects_mut(&mut self, kind: &str) -> &mut Vec<Object> {
+        self.tables.entry(kind.to_owned()).or_default()
+    }
+
+    /// Reads the JSON form, kinds and fields as `catalog` has them.
+    pub fn from_json(catalog: &Catalog, json: &Json) -> Result<Snapshot, Error> {
+        let Json::Object(members) = json else {
+            return Err(malformed("the state must be a JSON object"));
+        };
+        let caller: Caller = match members.get("caller") {
+            Some(caller) => serde_json::from_value(caller.clone()).map_err(|error| malformed(&error))?,
+            None => return Err(malformed("the state has no caller")),
+        };
+        let mut writer = StateWriter::new();
+        let modules: Vec<String> = match members.get("modules") {
+            Some(modules) => serde_json::from_value(modules.clone()).map_err(|error| malformed(&error))?,
+            None => catalog.iter().map(|(_, kind)| kind.kind.to_owned()).collect(),
+        };
+        writer.modules(modules.iter().map(String::as_str));
+        for (section, objects) in members {
+            if matches!(section.as_str(), "caller" | "modules" | "bindings") {
+                continue;
+            }
+            let Json::Array(objects) = objects else {
+                return Err(malformed(format_args!("section {section} must be an array of objects")));
+            };
+            let mut names: Vec<&str> = Vec::new();
+            for object in objects {
+                let Json::Object(object) = object else {
+                    return Err(malformed(format_args!("section {section} must be an array of objects")));
+                };
+                for name in object.keys() {
+                    if !names.contains(&name.as_str()) {
+                        names.push(name);
+                    }
+                }
+            }
+            let mut table = writer.table(section, &names);
+            for object in objects.iter().filter_map(Json::as_object) {
+                let mut row = table.row(object.len());
+                for (name, value) in object {
+                    let field = names.iter().position(|candidate| candidate == name).unwrap_or_default();
+                    let value = Value::from_json(value)
+                        .ok_or_else(|| malformed(format_args!("{section}: {name} has a value of no field type")))?;
+                    row.value(field, &value);
+                }
+            }
+        }
+        let bindings: Vec<Binding> = match members.get("bindings") {
+            Some(bindings) => serde_json::from_value(bindings.clone()).map_err(|error| malformed(&error))?,
+            None => Vec::new(),
+        };
+        writer.bindings(bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
+        let mut snapshot = decode(catalog, &writer.finish())?;
+        snapshot.caller = caller;
+        Ok(snapshot)
+    }
+
+    /// The JSON form: every field written, objects as the API writes them.
+    pub fn to_json(&self, catalog: &Catalog) -> Json {
+        let mut members = Map::new();
+        members.insert("caller".into(), serde_json::to_value(&self.caller).unwrap_or_default());
+        members.insert("modules".into(), serde_json::to_value(&self.modules).unwrap_or_default());
+        for (_, kind) in catalog.iter() {
+            let objects: Vec<Json> = self.objects(kind.kind).iter().map(|object| object_json(kind, object)).collect();
+            if !objects.is_empty() {
+                members.insert(kind.section.into(), Json::Array(objects));
+            }
+        }
+        members.insert("bindings".into(), serde_json::to_value(&self.bindings).unwrap_or_default());
+        Json::Object(members)
+    }
+
+    /// The state encoding of this snapshot (the caller is not part of it).
+    pub fn encode(&self, catalog: &Catalog) -> Vec<u8> {
+        let mut writer = StateWriter::new();
+        writer.modules(self.modules.iter().map(String::as_str));
+        for (_, kind) in catalog.iter() {
+            let objects = self.objects(kind.kind);
+            if objects.is_empty() {
+                continue;
+            }
+            let mut table = writer.kind_table(kind);
+            for object in objects {
+                table.object(object);
+            }
+        }
+        writer.bindings(self.bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
+        writer.finish()
+    }
+}
+
+fn object_json(kind: &Descriptor, object: &Object) -> Json {
+    let mut members = Map::new();
+    members.insert(kind.identity_name().into(), Json::String(object.key.clone()));
+    for (field, value) in kind.fields.iter().zip(&object.values) {
+        members.insert(field.name.into(), serde_json::to_value(value).unwrap_or_default());
+    }
+    if kind.archives() {
+        members.insert("archived".into(), Json::Bool(object.archived));
+    }
+    Json::Object(members)
+}
+
+/// The built-in kinds' JSON form, for fixtures and tests.
+impl<'de> Deserialize<'de> for Snapshot {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Snapshot, D::Error> {
+        let json = Json::deserialize(deserializer)?;
+        Snapshot::from_json(&Catalog::built_in(), &json).map_err(|error| serde::de::Error::custom(error.message))
+    }
+}
+
+impl Serialize for Snapshot {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json(&Catalog::built_in()).serialize(serializer)
+    }
+}
+
+fn malformed(detail: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::Internal, format!("the host's state is malformed: {detail}"))
+}
+
+// ---- the state encoding ----------------------------------------------------------------
+
+const VERSION: u8 = 1;
+const TEXT: u8 = 0;
+const COUNT: u8 = 1;
+const BOOL: u8 = 2;
+const MAP: u8 = 3;
+
+/// Writes the state encoding: modules, then tables, then bindings, each once.
+pub struct StateWriter {
+    bytes: Vec<u8>,
+    tables: u32,
+    /// Where the table count goes, once the modules are written.
+    tables_at: usize,
+}
+
+impl Default for StateWriter {
+    fn default() -> StateWriter {
+        StateWriter::new()
+    }
+}
+
+impl StateWriter {
+    pub fn new() -> StateWriter {
+        StateWriter { bytes: vec![VERSION], tables: 0, tables_at: 0 }
+    }
+
+    /// The kinds whose modules run; first.
+    pub fn modules<'a>(&mut self, kinds: impl IntoIterator<Item = &'a str>) {
+        let at = self.reserve();
+        let mut count = 0;
+        for kind in kinds {
+            self.text(kind);
+            count += 1;
+        }
+        self.patch(at, count);
+        self.tables_at = self.reserve();
+    }
+
+    /// A table of `section` whose rows give values of the named fields.
+    pub fn table(&mut self, section: &str, names: &[&str]) -> TableWriter<'_> {
+        self.tables += 1;
+        self.text(section);
+        self.u32(names.len());
+        for name in names {
+            self.text(name);
+        }
+        let rows_at = self.reserve();
+        TableWriter { writer: self, rows: 0, rows_at }
+    }
+
+    /// A table of a kind with its identity, every field and `archived`, in that order
+    /// (what [`TableWriter::object`] writes).
+    pub fn kind_table(&mut self, kind: &Descriptor) -> TableWriter<'_> {
+        let mut names = vec![kind.identity_name(), "archived"];
+        names.extend(kind.fields.iter().map(|field| field.name));
+        self.table(kind.section, &names)
+    }
+
+    /// The name bindings; last.
+    pub fn bindings<'a>(&mut self, bindings: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) {
+        self.patch(self.tables_at, self.tables as usize);
+        let at = self.reserve();
+        let mut count = 0;
+        for (kind, name, id) in bindings {
+            self.text(kind);
+            self.text(name);
+            self.text(id);
+            count += 1;
+        }
+        self.patch(at, count);
+    }
+
+    pub fn finish(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    fn reserve(&mut self) -> usize {
+        self.bytes.extend_from_slice(&[0; 4]);
+        self.bytes.len() - 4
+    }
+
+    fn patch(&mut self, at: usize, count: usize) {
+        self.bytes[at..at + 4].copy_from_slice(&(count as u32).to_le_bytes());
+    }
+
+    fn u32(&mut self, value: usize) {
+        self.bytes.extend_from_slice(&(value as u32).to_le_bytes());
+    }
+
+    fn text(&mut self, text: &str) {
+        self.u32(text.len());
+        self.bytes.extend_from_slice(text.as_bytes());
+    }
+}
+
+pub struct TableWriter<'a> {
+    writer: &'a mut StateWriter,
+    rows: usize,
+    rows_at: usize,
+}
+
+impl TableWriter<'_> {
+    /// A row of `values` values.
+    pub fn row(&mut self, values: usize) -> RowWriter<'_> {
+        self.rows += 1;
+        self.writer.u32(values);
+        RowWriter { writer: self.writer }
+    }
+
+    /// A whole object of a table made by [`StateWriter::kind_table`].
+    pub fn object(&mut self, object: &Object) {
+        let mut row = self.row(object.values.len() + 2);
+        row.text(0, &object.key);
+        row.flag(1, object.archived);
+        for (position, value) in object.values.iter().enumerate() {
+            row.value(position + 2, value);
         }
     }
 }
 
-impl Host for Snapshot {
-    fn caller(&self) -> Caller {
-        self.caller.clone()
+impl Drop for TableWriter<'_> {
+    fn drop(&mut self) {
+        self.writer.patch(self.rows_at, self.rows);
     }
-    fn modules(&self) -> Vec<Kind> {
-        self.modules.clone()
+}
+
+/// The values of one row, each by its position in the table's names.
+pub struct RowWriter<'a> {
+    writer: &'a mut StateWriter,
+}
+
+impl RowWriter<'_> {
+    pub fn text(&mut self, field: usize, text: &str) {
+        self.writer.u32(field);
+        self.writer.bytes.push(TEXT);
+        self.writer.text(text);
     }
-    fn sites(&self) -> Vec<Site> {
-        self.sites.clone()
+
+    pub fn count(&mut self, field: usize, count: u64) {
+        self.writer.u32(field);
+        self.writer.bytes.push(COUNT);
+        self.writer.bytes.extend_from_slice(&count.to_le_bytes());
     }
-    fn provider_accounts(&self) -> Vec<ProviderAccount> {
-        self.provider_accounts.clone()
+
+    pub fn flag(&mut self, field: usize, flag: bool) {
+        self.writer.u32(field);
+        self.writer.bytes.extend_from_slice(&[BOOL, u8::from(flag)]);
     }
-    fn pools(&self) -> Vec<Pool> {
-        self.pools.clone()
+
+    /// A map, its pairs in key order.
+    pub fn map<'m>(&mut self, field: usize, pairs: impl ExactSizeIterator<Item = (&'m str, &'m str)>) {
+        self.writer.u32(field);
+        self.writer.bytes.push(MAP);
+        self.writer.u32(pairs.len());
+        for (key, value) in pairs {
+            self.writer.text(key);
+            self.writer.text(value);
+        }
     }
-    fn owner_quotas(&self) -> Vec<OwnerQuota> {
-        self.owner_quotas.clone()
+
+    pub fn value(&mut self, field: usize, value: &Value) {
+        match value {
+            Value::Text(text) => self.text(field, text),
+            Value::Count(count) => self.count(field, *count),
+            Value::Bool(flag) => self.flag(field, *flag),
+            Value::Map(map) => self.map(field, map.iter().map(|(key, value)| (key.as_str(), value.as_str()))),
+        }
     }
-    fn offers(&self) -> Vec<Offer> {
-        self.offers.clone()
+}
+
+/// Reads the state encoding, kinds and fields as `catalog` has them. The caller is left
+/// empty: it comes from `current-caller`.
+pub fn decode(catalog: &Catalog, bytes: &[u8]) -> Result<Snapshot, Error> {
+    let mut reader = Reader { bytes, at: 0 };
+    let version = reader.byte()?;
+    if version != VERSION {
+        return Err(malformed(format_args!("state encoding version {version}; this planner reads {VERSION}")));
     }
-    fn flavors(&self) -> Vec<Flavor> {
-        self.flavors.clone()
+    let modules = (0..reader.u32()?).map(|_| reader.text().map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+    let mut tables = BTreeMap::new();
+    for _ in 0..reader.u32()? {
+        let section = reader.text()?;
+        let kind = catalog.by_section(section).map(|kind| catalog.get(kind));
+        let kind = kind.ok_or_else(|| malformed(format_args!("no kind has the section {section}")))?;
+        let columns = (0..reader.u32()?).map(|_| reader.column(kind)).collect::<Result<Vec<_>, _>>()?;
+        let rows = reader.u32()?;
+        let objects: &mut Vec<Object> = tables.entry(kind.kind.to_owned()).or_default();
+        objects.reserve(rows as usize);
+        for _ in 0..rows {
+            objects.push(reader.object(kind, &columns)?);
+        }
     }
-    fn bindings(&self) -> Vec<Binding> {
-        self.bindings.clone()
+    let mut bindings = Vec::new();
+    for _ in 0..reader.u32()? {
+        let (kind, name, id) = (reader.text()?, reader.text()?, reader.text()?);
+        bindings.push(Binding { kind: kind.to_owned(), name: name.to_owned(), id: id.to_owned() });
     }
-    fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
-        Err(Error::new(ErrorCode::Unsupported, format!("this host cannot run {method}: it has no composite methods")))
+    if reader.at != bytes.len() {
+        return Err(malformed("bytes after the bindings"));
+    }
+    Ok(Snapshot { caller: Caller::default(), modules, tables, bindings })
+}
+
+/// What a table's name stands for.
+#[derive(Clone, Copy)]
+enum Column {
+    Key,
+    Archived,
+    Field(usize),
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], Error> {
+        let end = self.at.checked_add(count).filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or_else(|| malformed("it ends early"))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn byte(&mut self) -> Result<u8, Error> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Error> {
+        let mut bytes = [0; 4];
+        bytes.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(bytes))
+    }
+
+    fn u64(&mut self) -> Result<u64, Error> {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    fn text(&mut self) -> Result<&'a str, Error> {
+        let length = self.u32()? as usize;
+        std::str::from_utf8(self.take(length)?).map_err(|_| malformed("a string is not UTF-8"))
+    }
+
+    fn column(&mut self, kind: &Descriptor) -> Result<Column, Error> {
+        let name = self.text()?;
+        if name == kind.identity_name() {
+            Ok(Column::Key)
+        } else if name == "archived" {
+            Ok(Column::Archived)
+        } else {
+            let position = kind.position(name);
+            position.map(Column::Field).ok_or_else(|| malformed(format_args!("{} has no field {name}", kind.a())))
+        }
+    }
+
+    fn value(&mut self) -> Result<Value, Error> {
+        Ok(match self.byte()? {
+            TEXT => Value::Text(self.text()?.to_owned()),
+            COUNT => Value::Count(self.u64()?),
+            BOOL => Value::Bool(self.byte()? != 0),
+            MAP => {
+                let mut map = StringMap::new();
+                for _ in 0..self.u32()? {
+                    let (key, value) = (self.text()?, self.text()?);
+                    map.insert(key.to_owned(), value.to_owned());
+                }
+                Value::Map(map)
+            }
+            tag => return Err(malformed(format_args!("a value of unknown type {tag}"))),
+        })
+    }
+
+    fn object(&mut self, kind: &Descriptor, columns: &[Column]) -> Result<Object, Error> {
+        let mut key = None;
+        let mut archived = false;
+        let mut values: Vec<Option<Value>> = vec![None; kind.fields.len()];
+        for _ in 0..self.u32()? {
+            let column = self.u32()? as usize;
+            let column = *columns.get(column).ok_or_else(|| malformed("a value of no column"))?;
+            match (column, self.value()?) {
+                (Column::Key, Value::Text(text)) => key = Some(text),
+                (Column::Archived, Value::Bool(flag)) => archived = flag,
+                (Column::Field(position), value) if value.fits(kind.fields[position].ty) => {
+                    values[position] = Some(value);
+                }
+                _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),
+            }
+        }
+        let key = key.ok_or_else(|| malformed(format_args!("{} has no {}", kind.a(), kind.identity_name())))?;
+        let values = values
+            .into_iter()
+            .zip(kind.fields)
+            .map(|(value, field)| value.unwrap_or_else(|| Value::default_of(field.ty)))
+            .collect();
+        Ok(Object { key, values, archived })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fixture() -> Json {
+        json!({
+            "caller": {"tenant": "acme", "principal": "alice"},
+            "modules": ["site", "pool"],
+            "sites": [{"id": "site_aaaaaaaaaaaaaaaaaaaaaaaaaa", "region": "r", "labels": {"b": "2", "a": "1"}}],
+            "pools": [{"id": "pool_aaaaaaaaaaaaaaaaaaaaaaaaaa", "site": "site_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                       "account": "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa", "class": "cpu", "owner": "o", "gpus": 3,
+                       "archived": true}],
+            "ownerQuotas": [{"owner": "o", "instances": 4}],
+            "bindings": [{"kind": "pool", "name": "p", "id": "pool_aaaaaaaaaaaaaaaaaaaaaaaaaa"}]
+        })
+    }
+
+    #[test]
+    fn json_and_the_encoding_carry_the_same_state() {
+        let catalog = Catalog::built_in();
+        let snapshot = Snapshot::from_json(&catalog, &fixture()).unwrap();
+        let pool = &snapshot.objects("pool")[0];
+        assert!(pool.archived);
+        assert_eq!(pool.values[6], Value::Count(3));
+        assert_eq!(pool.values[4], Value::Count(0), "defaults fill absent fields");
+        assert_eq!(snapshot.objects("ownerQuota")[0].key, "o");
+        let mut decoded = decode(&catalog, &snapshot.encode(&catalog)).unwrap();
+        decoded.caller = snapshot.caller.clone();
+        assert_eq!(decoded, snapshot);
+        let again = Snapshot::from_json(&catalog, &snapshot.to_json(&catalog)).unwrap();
+        assert_eq!(again, snapshot);
+    }
+
+    #[test]
+    fn malformed_states_are_errors_not_panics() {
+        let catalog = Catalog::built_in();
+        let bytes = Snapshot::from_json(&catalog, &fixture()).unwrap().encode(&catalog);
+        for end in 0..bytes.len() {
+            assert!(decode(&catalog, &bytes[..end]).is_err(), "cut at {end}");
+        }
+        let mut wrong_type = fixture();
+        wrong_type["pools"][0]["gpus"] = json!("three");
+        let error = Snapshot::from_json(&catalog, &wrong_type).unwrap_err();
+        assert_eq!(error.code, ErrorCode::Internal);
+        assert!(error.message.contains("a pool has a value of the wrong type"), "{}", error.message);
+        let mut unknown = fixture();
+        unknown["pools"][0]["colour"] = json!("red");
+        assert!(Snapshot::from_json(&catalog, &unknown).unwrap_err().message.contains("no field colour"));
+        let mut version = bytes.clone();
+        version[0] = 9;
+        assert!(decode(&catalog, &version).unwrap_err().message.contains("version 9"));
     }
 }

@@ -1,86 +1,85 @@
 //! The `text` line of every change, for people: `+ pool gpu-a: create (...)`.
 
-use crate::Kind;
-use crate::schema::{self, Value};
+use crate::kinds::{Descriptor, FieldType, Part};
+use crate::state::Value;
 
 /// `n vcpus`, `1 gpu`: a count with its unit, plural unless it is one.
 fn count(number: u64, unit: &str) -> String {
     if number == 1 { format!("1 {unit}") } else { format!("{number} {unit}s") }
 }
 
-/// A short summary of a new object, from its document values (references as keys).
-fn summary(kind: Kind, values: &[Value]) -> String {
-    let text = |name: &str| schema::position(kind, name).map_or("", |position| values[position].as_text());
-    let number = |name: &str| schema::position(kind, name).map_or(0, |position| values[position].as_number());
-    match kind {
-        Kind::Site => format!("region {}", text("region")),
-        Kind::ProviderAccount => format!("provider {}", text("provider")),
-        Kind::Pool => {
-            let capacity =
-                if number("gpus") > 0 { count(number("gpus"), "gpu") } else { count(number("vcpus"), "vcpu") };
-            format!("class {}, site {}, {capacity}", text("class"), text("site"))
-        }
-        Kind::OwnerQuota => format!(
-            "{}, {} MiB, {}, {}",
-            count(number("vcpus"), "vcpu"),
-            number("memoryMib"),
-            count(number("gpus"), "gpu"),
-            count(number("instances"), "instance")
-        ),
-        Kind::Offer => format!(
-            "pool {}, to {}, {}, {} MiB, {}",
-            text("pool"),
-            text("to"),
-            count(number("vcpus"), "vcpu"),
-            number("memoryMib"),
-            count(number("gpus"), "gpu")
-        ),
-        Kind::Flavor => format!(
-            "pool {}, {}, {} MiB, {}, {} GiB disk",
-            text("pool"),
-            count(number("vcpus"), "vcpu"),
-            number("memoryMib"),
-            count(number("gpus"), "gpu"),
-            number("diskGib")
-        ),
+/// A short summary of a new object, from its document values (references as keys), as
+/// the kind's descriptor states it; kinds that state none list their fields that are
+/// not maps.
+fn summary(kind: &Descriptor, values: &[Value]) -> String {
+    let value = |name: &str| kind.position(name).map(|position| &values[position]);
+    let text = |name: &str| value(name).map_or("", Value::as_text);
+    let number = |name: &str| value(name).map_or(0, Value::as_count);
+    if kind.summary.is_empty() {
+        let parts: Vec<String> = kind
+            .fields
+            .iter()
+            .zip(values)
+            .filter(|(field, _)| field.ty != FieldType::Map)
+            .map(|(field, value)| format!("{} {}", field.name, value.display()))
+            .collect();
+        return parts.join(", ");
     }
+    let parts: Vec<String> = kind
+        .summary
+        .iter()
+        .map(|part| match *part {
+            Part::Labeled(name) => format!("{name} {}", text(name)),
+            Part::Counted(name, unit) => count(number(name), unit),
+            Part::Measured(name, suffix) => format!("{} {suffix}", number(name)),
+            Part::Either((first, first_unit), (second, second_unit)) => {
+                if number(first) > 0 {
+                    count(number(first), first_unit)
+                } else {
+                    count(number(second), second_unit)
+                }
+            }
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// `+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)`.
-pub(crate) fn create(kind: Kind, key: &str, values: &[Value]) -> String {
-    format!("+ {} {key}: create ({})", kind.name(), summary(kind, values))
+pub(crate) fn create(kind: &Descriptor, key: &str, values: &[Value]) -> String {
+    format!("+ {} {key}: create ({})", kind.kind, summary(kind, values))
 }
 
 /// `~ pool gpu-a: update (gpus 32 -> 64, vcpus 256 -> 512)`.
 pub(crate) fn update<'a>(
-    kind: Kind,
+    kind: &Descriptor,
     key: &str,
     changes: impl Iterator<Item = (&'a str, &'a Value, &'a Value)>,
 ) -> String {
     let changes: Vec<String> =
         changes.map(|(field, from, to)| format!("{field} {} -> {}", from.display(), to.display())).collect();
-    format!("~ {} {key}: update ({})", kind.name(), changes.join(", "))
+    format!("~ {} {key}: update ({})", kind.kind, changes.join(", "))
 }
 
 /// `~ pool gpu-a: restore`.
-pub(crate) fn restore(kind: Kind, key: &str) -> String {
-    format!("~ {} {key}: restore", kind.name())
+pub(crate) fn restore(kind: &Descriptor, key: &str) -> String {
+    format!("~ {} {key}: restore", kind.kind)
 }
 
 /// `- flavor g1-large: delete`, `- pool gpu-b: archive`.
-pub(crate) fn removal(kind: Kind, key: &str, action: &str) -> String {
-    format!("- {} {key}: {action}", kind.name())
+pub(crate) fn removal(kind: &Descriptor, key: &str, action: &str) -> String {
+    format!("- {} {key}: {action}", kind.kind)
 }
 
 /// `! pool gpu-b: class is immutable (cpu -> gpu); ...`.
-pub(crate) fn blocked<'a>(kind: Kind, key: &str, reasons: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn blocked<'a>(kind: &Descriptor, key: &str, reasons: impl Iterator<Item = &'a str>) -> String {
     let reasons: Vec<&str> = reasons.collect();
-    format!("! {} {key}: {}", kind.name(), reasons.join("; "))
+    format!("! {} {key}: {}", kind.kind, reasons.join("; "))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::{OFFER, POOL};
 
     fn text(text: &str) -> Value {
         Value::Text(text.to_owned())
@@ -93,22 +92,22 @@ mod tests {
             text("aws-main"),
             text("gpu"),
             text("team-ml"),
-            Value::Number(512),
-            Value::Number(2097152),
-            Value::Number(64),
+            Value::Count(512),
+            Value::Count(2097152),
+            Value::Count(64),
             Value::Map(Default::default()),
         ];
-        assert_eq!(create(Kind::Pool, "gpu-a", &pool), "+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)");
-        pool[6] = Value::Number(0);
-        assert_eq!(create(Kind::Pool, "gpu-a", &pool), "+ pool gpu-a: create (class gpu, site eu-west, 512 vcpus)");
+        assert_eq!(create(&POOL, "gpu-a", &pool), "+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)");
+        pool[6] = Value::Count(0);
+        assert_eq!(create(&POOL, "gpu-a", &pool), "+ pool gpu-a: create (class gpu, site eu-west, 512 vcpus)");
     }
 
     #[test]
     fn update_lists_changes_and_blocked_joins_reasons() {
-        let (from, to) = (Value::Number(32), Value::Number(64));
+        let (from, to) = (Value::Count(32), Value::Count(64));
         let empty = text("");
-        let line = update(Kind::Pool, "gpu-a", [("gpus", &from, &to), ("owner", &empty, &to)].into_iter());
+        let line = update(&POOL, "gpu-a", [("gpus", &from, &to), ("owner", &empty, &to)].into_iter());
         assert_eq!(line, "~ pool gpu-a: update (gpus 32 -> 64, owner \"\" -> 64)");
-        assert_eq!(blocked(Kind::Offer, "o", ["a", "b"].into_iter()), "! offer o: a; b");
+        assert_eq!(blocked(&OFFER, "o", ["a", "b"].into_iter()), "! offer o: a; b");
     }
 }

@@ -104,8 +104,8 @@ fn state(first: &Value, prune: bool, archive: &[bool], foreign: bool) -> Result<
     let mut model = Model::new(empty_snapshot());
     let applied = model.apply(&request(first, prune));
     prop_assume!(applied.is_ok(), "the first document applies: {:?}", applied);
-    let pools: Vec<String> = model.state.pools.iter().map(|pool| pool.id.clone()).collect();
-    let flavors: Vec<String> = model.state.flavors.iter().map(|flavor| flavor.id.clone()).collect();
+    let pools: Vec<String> = model.state.objects("pool").iter().map(|pool| pool.key.clone()).collect();
+    let flavors: Vec<String> = model.state.objects("flavor").iter().map(|flavor| flavor.key.clone()).collect();
     use fleet_guest::Host;
     for (id, archive) in flavors.iter().chain(&pools).zip(archive) {
         if *archive {
@@ -114,8 +114,11 @@ fn state(first: &Value, prune: bool, archive: &[bool], foreign: bool) -> Result<
             let _ = model.invoke(method, &json!({"id": id}).to_string());
         }
     }
-    if foreign && let (Some(site), Some(account)) = (model.state.sites.first(), model.state.provider_accounts.first()) {
-        let (site, account) = (site.id.clone(), account.id.clone());
+    if foreign
+        && let (Some(site), Some(account)) =
+            (model.state.objects("site").first(), model.state.objects("providerAccount").first())
+    {
+        let (site, account) = (site.key.clone(), account.key.clone());
         let input = json!({"id": "acct_foreignaaaaaaaaaaaaaaaaaaa", "provider": "aws"});
         model.invoke("compute.accounts.create", &input.to_string()).expect("a foreign account");
         let input = json!({"id": "pool_foreignaaaaaaaaaaaaaaaaaaa", "site": site, "account": account,

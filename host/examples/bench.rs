@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use bytes::Bytes;
 use clap::Parser;
-use fleet::auth::{self, Caller};
-use fleet::sandbox::{Entry, Session, Source};
+use fleet::calls::auth::{self, Caller};
+use fleet::planner::{Entry, Session, Source};
 use fleet::{App, Config};
 use fleet_guest::Snapshot;
 use http_body_util::Full;
@@ -273,7 +273,8 @@ async fn run(args: Args) -> Result<()> {
     let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: Vec::new() };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
-        tokio::task::spawn_blocking(move || fleet::state::snapshot(&app, &*app.db.get()?, &caller)).await??
+        tokio::task::spawn_blocking(move || fleet::planner::state::snapshot(&app.modules, &*app.db.get()?, &caller))
+            .await??
     };
     let native = || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len());
     if args.profile == Some(Figure::NativePlan) {
@@ -283,11 +284,10 @@ async fn run(args: Args) -> Result<()> {
     let native_plan = time(args.runs, native);
     let plan_in_sandbox = |source: Snapshot, entry: Entry, request: &str| -> Result<String> {
         let session = Session {
-            app: app.clone(),
             caller: caller.clone(),
             db: app.db.get()?,
             source: Source::Snapshot(Box::new(source)),
-            composite: false,
+            methods: None,
         };
         app.sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
     };

@@ -82,6 +82,17 @@ impl ApiError {
     }
 }
 
+/// A planner error as the API answers it: the same code, message and details.
+impl From<fleet_guest::Error> for ApiError {
+    fn from(error: fleet_guest::Error) -> ApiError {
+        let api = ApiError::new(error.code, error.message);
+        match error.details {
+            Some(details) => api.with_details(details),
+            None => api,
+        }
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)?;

@@ -6,21 +6,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_guest::Kind;
+use fleet_guest::Catalog;
 use tokio::sync::broadcast;
 
-use crate::connection::Limits;
+use crate::calls::registry::Registry;
 use crate::db::{self, Pool};
+use crate::fleet::{self, events};
+use crate::http::connection::Limits;
 use crate::metrics::Metrics;
-use crate::registry::Registry;
-use crate::sandbox::{self, Budget, Sandbox};
-use crate::{events, fleet, modules};
+use crate::modules::Modules;
+use crate::planner::{self, Budget, Sandbox};
 
 #[derive(Debug, Clone)]
 pub struct Config {
     pub db_path: PathBuf,
-    /// The kinds whose modules this deployment runs.
-    pub modules: BTreeSet<Kind>,
+    /// The kinds (by name) whose modules this deployment runs.
+    pub modules: BTreeSet<String>,
     pub drift_interval: Duration,
     /// Reads only: apply and every other mutation answer UNSUPPORTED, the reconciler does
     /// not run, and nothing is ever written to the database.
@@ -41,7 +42,7 @@ impl Config {
     pub fn new(db_path: PathBuf) -> Config {
         Config {
             db_path,
-            modules: Kind::ALL.into_iter().collect(),
+            modules: Catalog::built_in().iter().map(|(_, kind)| kind.kind.to_owned()).collect(),
             drift_interval: Duration::from_secs(15 * 60),
             read_only: false,
             body_limit: 16 << 20,
@@ -49,7 +50,7 @@ impl Config {
             busy_timeout: db::Options::default().busy_timeout,
             budget: Budget::default(),
             cache_dir: None,
-            preview_dir: crate::preview::default_dir(),
+            preview_dir: crate::http::preview::default_dir(),
         }
     }
 
@@ -66,7 +67,9 @@ impl Config {
 pub struct App {
     pub config: Config,
     pub db: Pool,
-    pub registry: Registry,
+    /// The kinds this deployment knows and the modules it runs.
+    pub modules: Arc<Modules>,
+    pub registry: Arc<Registry>,
     pub sandbox: Sandbox,
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
@@ -77,19 +80,21 @@ impl App {
     pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
         let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
         let db = db::open_with(&config.db_path, options)?;
-        let sandbox = Sandbox::new(sandbox::PLANNER, config.budget, config.cache_dir.as_deref())?;
+        let metrics = Metrics::new();
+        let sandbox = Sandbox::new(planner::PLANNER, config.budget, config.cache_dir.as_deref(), metrics.clone())?;
+        let catalog = Arc::new(Catalog::built_in());
+        let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind)));
         let mut registry = Registry::default();
-        for module in modules::ALL.into_iter().filter(|module| config.modules.contains(&module.kind)) {
-            module.register(&mut registry);
-        }
-        fleet::register(&mut registry);
+        modules.register(&mut registry);
+        fleet::register(&mut registry, &catalog);
         events::register(&mut registry);
         crate::audit::register(&mut registry);
         let (events, _) = broadcast::channel(64);
-        Ok(Arc::new(App { config, db, registry, sandbox, events, metrics: Metrics::new() }))
+        Ok(Arc::new(App { config, db, modules, registry: Arc::new(registry), sandbox, events, metrics }))
     }
 
-    pub fn runs(&self, kind: Kind) -> bool {
-        self.config.modules.contains(&kind)
+    /// Whether this deployment runs the module of the kind named `kind`.
+    pub fn runs(&self, kind: &str) -> bool {
+        self.modules.runs(kind)
     }
 }

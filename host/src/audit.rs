@@ -9,9 +9,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
+use crate::calls::input::{Input, Page};
+use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
 use crate::db;
-use crate::input::{Input, Page};
-use crate::registry::{Ctx, Method, MethodKind, Registry};
 
 pub fn register(registry: &mut Registry) {
     let record = json!({"type": "object", "required": ["seq", "at", "principal", "method", "kind", "id", "via", "changes"],

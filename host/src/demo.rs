@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use fleet_guest::Kind;
 use serde_json::{Value, json};
 
 use crate::api::ApiError;
 use crate::app::App;
-use crate::auth;
+use crate::calls::auth;
+use crate::calls::dispatch;
 use crate::db;
-use crate::server::dispatch;
 
 pub const TENANT: &str = "demo";
 pub const PRINCIPAL: &str = "demo-admin";
@@ -97,7 +96,7 @@ pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
             app.registry.by_name("compute.fleet.apply").ok_or_else(|| anyhow::anyhow!("apply is not registered"))?;
         let mut document = document();
         if let Value::Object(sections) = &mut document {
-            sections.retain(|section, _| Kind::ALL.iter().any(|kind| kind.section() == section && app.runs(*kind)));
+            sections.retain(|section, _| app.modules.running().any(|kind| kind.section == section));
         }
         dispatch(app, caller, db, method, json!({ "document": document }).to_string().as_bytes())
             .map_err(|error: ApiError| anyhow::anyhow!("applying the demo estate failed: {error}"))?;

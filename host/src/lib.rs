@@ -1,25 +1,29 @@
 //! The fleet host: HTTP API, SQLite state, the method registry, and the sandbox that
-//! runs the planner component. `main.rs` only parses flags and calls in here.
+//! runs the planner component. The layers, each using only those below it:
+//!
+//! - `http`: the transport (hyper), connection limits, the preview page, `/metrics`;
+//! - `calls`: the method registry, authentication and authorization, request bodies,
+//!   and running a method in its transaction;
+//! - `fleet` (export, plan, apply, status, bindings, drift, events) and `modules` (the
+//!   kinds' API groups and their storage);
+//! - `planner`: the sandbox that runs the planner component, and its imports;
+//! - `db`: SQLite, migrations and transactions.
+//!
+//! `app` is the composition root that builds them; `audit` and `metrics` are read and
+//! written from every layer. The `fleet` binary (`bin/fleet`) parses flags, runs the
+//! server or the admin commands, and holds the operator client.
 
 pub mod api;
 pub mod app;
 pub mod audit;
-pub mod auth;
-pub mod client;
-pub mod connection;
+pub mod calls;
 pub mod db;
 pub mod demo;
-pub mod events;
 pub mod fleet;
-pub mod input;
+pub mod http;
 pub mod metrics;
 pub mod modules;
-pub mod preview;
-pub mod reconciler;
-pub mod registry;
-pub mod sandbox;
-pub mod server;
-pub mod state;
+pub mod planner;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,12 +39,12 @@ pub use app::{App, Config};
 pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let reconciler = (!app.config.read_only).then(|| {
-        tokio::spawn(reconciler::run(app.clone(), async move {
+        tokio::spawn(fleet::drift::run(app.clone(), async move {
             let mut stopped = stopped;
             let _ = stopped.wait_for(|stop| *stop).await;
         }))
     });
-    let served = server::run(app, listener, shutdown).await;
+    let served = http::run(app, listener, shutdown).await;
     let _ = stop.send(true);
     if let Some(reconciler) = reconciler {
         let _ = reconciler.await;

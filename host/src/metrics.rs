@@ -9,6 +9,7 @@ use prometheus::{
 };
 
 /// Every metric the server exports, registered once per process.
+#[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
@@ -79,7 +80,7 @@ impl Metrics {
         for budget in ["cpu", "memory"] {
             metrics.sandbox_exhausted.with_label_values(&[budget]);
         }
-        for kind in [crate::events::DRIFTED, crate::events::CONVERGED] {
+        for kind in [crate::fleet::events::DRIFTED, crate::fleet::events::CONVERGED] {
             metrics.events_published.with_label_values(&[kind]);
         }
         metrics

@@ -57,14 +57,21 @@ test('methods.invoke answers unsupported, so even the raw component cannot apply
   assert.throws(() => root.planner.apply(read('request.json')), (error) => error.payload?.code === 'unsupported');
 });
 
-test('u64 fields reach the component as BigInt and come back exact', async () => {
+test('the state crosses as one byte array and counts up to 2^53 - 1 come back exact', async () => {
   const top = 2 ** 53 - 1;
   const state = {
     caller: { tenant: 'acme', principal: 'alice' },
     ownerQuotas: [{ owner: 'team-ml', vcpus: top, memoryMib: 0, gpus: 1, instances: 2 }],
   };
-  assert.equal(typeof adapters(state)['compute:fleet/state'].ownerQuotas()[0].vcpus, 'bigint');
+  assert.ok(adapters(state)['compute:fleet/state'].snapshot() instanceof Uint8Array);
   const planner = await loadPlanner(module, getCoreModule, state);
   const exported = JSON.parse(planner.export('{}'));
   assert.equal(exported.document.ownerQuotas['team-ml'].vcpus, top);
+});
+
+test('the planner checks the state against its own kinds', async () => {
+  const wrong = { caller: { tenant: 'acme', principal: 'alice' }, pools: [{ id: 'pool_x', gpus: 'many' }] };
+  const planner = await loadPlanner(module, getCoreModule, wrong);
+  assert.throws(() => planner.export('{}'), (error) => error.code === 'INTERNAL' && /wrong type/.test(error.message));
+  assert.throws(() => adapters({ caller: {}, pools: [{ id: 'p', vcpus: -1 }] }), { code: 'INVALID_ARGUMENT' });
 });

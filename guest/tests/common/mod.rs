@@ -5,10 +5,8 @@
 
 use std::collections::HashMap;
 
-use fleet_guest::Snapshot;
-use fleet_guest::{
-    Binding, Caller, Error, ErrorCode, Flavor, Host, Kind, Offer, OwnerQuota, Pool, ProviderAccount, Site,
-};
+use fleet_guest::kinds::{BUILT_IN, Descriptor, FieldType, Removal, Rule};
+use fleet_guest::{Binding, Caller, Catalog, Error, ErrorCode, Host, Snapshot};
 use serde_json::{Map, Value, json};
 
 pub fn caller() -> Caller {
@@ -32,25 +30,9 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Error {
     Error::new(code, message)
 }
 
-fn table_of(group: &str) -> Option<&'static str> {
-    Some(match group {
-        "sites" => "sites",
-        "accounts" => "providerAccounts",
-        "pools" => "pools",
-        "quotas" => "ownerQuotas",
-        "offers" => "offers",
-        "flavors" => "flavors",
-        _ => return None,
-    })
-}
-
-fn immutable(table: &str) -> &'static [&'static str] {
-    match table {
-        "providerAccounts" => &["provider"],
-        "pools" => &["site", "class"],
-        "offers" | "flavors" => &["pool"],
-        _ => &[],
-    }
+/// The kind a module group serves.
+fn kind_of(group: &str) -> Option<&'static Descriptor> {
+    BUILT_IN.iter().copied().find(|kind| kind.group == group)
 }
 
 impl Model {
@@ -65,7 +47,7 @@ impl Model {
             if change["action"] != "create" || change["kind"] == "ownerQuota" || key.contains('_') {
                 continue;
             }
-            let kind: Kind = serde_json::from_value(change["kind"].clone()).expect("a kind");
+            let kind = change["kind"].as_str().expect("a kind").to_owned();
             let id = change["id"].as_str().expect("creates have ids").to_owned();
             self.state.bindings.push(Binding { kind, name: key.to_owned(), id });
         }
@@ -87,9 +69,13 @@ impl Model {
             .strip_prefix("compute.")
             .and_then(|rest| rest.split_once('.'))
             .ok_or_else(|| error(ErrorCode::NotFound, format!("no method {method}")))?;
-        let table = table_of(group).ok_or_else(|| error(ErrorCode::NotFound, format!("no method {method}")))?;
+        let kind = kind_of(group).ok_or_else(|| error(ErrorCode::NotFound, format!("no method {method}")))?;
+        let table = kind.section;
         let mut tables = serde_json::to_value(&self.state).expect("a snapshot is JSON");
-        let id_field = if table == "ownerQuotas" { "owner" } else { "id" };
+        if tables.get(table).is_none() {
+            tables[table] = json!([]);
+        }
+        let id_field = kind.identity_name();
         let id = input.get(id_field).and_then(Value::as_str).unwrap_or_default().to_owned();
         let rows = tables[table].as_array_mut().expect("tables are arrays");
         let position = rows.iter().position(|row| row[id_field] == id.as_str());
@@ -116,7 +102,8 @@ impl Model {
                 let position = position.ok_or_else(|| error(ErrorCode::NotFound, format!("no {id}")))?;
                 let row = rows[position].as_object_mut().expect("rows are objects");
                 for (field, value) in input {
-                    if immutable(table).contains(&field.as_str()) && row.get(&field) != Some(&value) {
+                    let immutable = kind.fields.iter().any(|spec| spec.immutable && spec.name == field);
+                    if immutable && row.get(&field) != Some(&value) {
                         return Err(error(ErrorCode::InvalidArgument, format!("{field} is immutable")));
                     }
                     if !row.contains_key(&field) {
@@ -132,7 +119,7 @@ impl Model {
                 self.keys.retain(|_, (key_table, key_id)| !(key_table == table && *key_id == id));
                 json!({})
             }
-            "archive" | "restore" if matches!(table, "pools" | "flavors") => {
+            "archive" | "restore" if kind.archives() => {
                 let position = position.ok_or_else(|| error(ErrorCode::NotFound, format!("no {id}")))?;
                 rows[position]["archived"] = json!(verb == "archive");
                 rows[position].clone()
@@ -141,53 +128,57 @@ impl Model {
         };
         let state: Snapshot = serde_json::from_value(tables)
             .map_err(|problem| error(ErrorCode::InvalidArgument, format!("{method}: {problem}")))?;
-        validate(&state, table, &id)?;
+        validate(&state, kind, &id)?;
         self.state = state;
         Ok(output)
     }
 }
 
-/// The module validation of SPEC §4 for the object just written.
-fn validate(state: &Snapshot, table: &str, id: &str) -> Result<(), Error> {
+/// The module validation of SPEC §4 for the object just written, from the descriptors:
+/// references name live objects, a deleted object is referenced by no live object, and
+/// the kinds' rules hold.
+fn validate(state: &Snapshot, kind: &Descriptor, id: &str) -> Result<(), Error> {
     let precondition = |message: String| Err(error(ErrorCode::FailedPrecondition, message));
-    let live_pool = |pool: &str| state.pools.iter().find(|candidate| candidate.id == pool && !candidate.archived);
-    match table {
-        // A deleted account: no live pool may use it.
-        "providerAccounts"
-            if !state.provider_accounts.iter().any(|account| account.id == id)
-                && state.pools.iter().any(|pool| pool.account == id && !pool.archived) =>
+    let position = |kind: &Descriptor, name: &str| kind.position(name).expect("a field of the kind");
+    let find = |kind: &Descriptor, key: &str| state.objects(kind.kind).iter().find(|object| object.key == key).cloned();
+    let live = |kind: &Descriptor, key: &str| find(kind, key).filter(|object| !object.archived);
+    let target = |name: &str| BUILT_IN.iter().copied().find(|kind| kind.kind == name).expect("a built-in kind");
+    let Some(object) = find(kind, id) else {
+        if kind.removal == Removal::Delete {
+            for referrer in BUILT_IN {
+                for (index, field) in referrer.fields.iter().enumerate() {
+                    let FieldType::Ref(name) = field.ty else { continue };
+                    let used = state
+                        .objects(referrer.kind)
+                        .iter()
+                        .any(|object| name == kind.kind && !object.archived && object.values[index].as_text() == id);
+                    if used {
+                        return precondition(format!("a live {} uses {id}", referrer.kind));
+                    }
+                }
+            }
+        }
+        return Ok(());
+    };
+    if object.archived {
+        return Ok(());
+    }
+    for (index, field) in kind.fields.iter().enumerate() {
+        let FieldType::Ref(name) = field.ty else { continue };
+        let reference = object.values[index].as_text();
+        if live(target(name), reference).is_none() {
+            return precondition(format!("no live {name} {reference}"));
+        }
+    }
+    for rule in kind.rules {
+        let Rule::Differs { field, via, other } = *rule;
+        let FieldType::Ref(name) = kind.fields[position(kind, via)].ty else { continue };
+        let referenced = target(name);
+        if let Some(theirs) = live(referenced, object.values[position(kind, via)].as_text())
+            && theirs.values[position(referenced, other)] == object.values[position(kind, field)]
         {
-            return precondition(format!("a live pool uses {id}"));
+            return Err(error(ErrorCode::InvalidArgument, format!("{field} must differ from the {via}'s {other}")));
         }
-        "pools" => {
-            if let Some(pool) = state.pools.iter().find(|pool| pool.id == id) {
-                if !state.sites.iter().any(|site| site.id == pool.site) {
-                    return precondition(format!("no site {}", pool.site));
-                }
-                if !state.provider_accounts.iter().any(|account| account.id == pool.account) {
-                    return precondition(format!("no account {}", pool.account));
-                }
-            }
-        }
-        "offers" => {
-            if let Some(offer) = state.offers.iter().find(|offer| offer.id == id) {
-                let Some(pool) = live_pool(&offer.pool) else {
-                    return precondition(format!("no live pool {}", offer.pool));
-                };
-                if pool.owner == offer.to {
-                    return Err(error(ErrorCode::InvalidArgument, "an offer must go to another owner"));
-                }
-            }
-        }
-        "flavors" => {
-            if let Some(flavor) = state.flavors.iter().find(|flavor| flavor.id == id)
-                && !flavor.archived
-                && live_pool(&flavor.pool).is_none()
-            {
-                return precondition(format!("no live pool {}", flavor.pool));
-            }
-        }
-        _ => {}
     }
     Ok(())
 }
@@ -196,29 +187,8 @@ impl Host for Model {
     fn caller(&self) -> Caller {
         self.state.caller.clone()
     }
-    fn modules(&self) -> Vec<Kind> {
-        self.state.modules.clone()
-    }
-    fn sites(&self) -> Vec<Site> {
-        self.state.sites.clone()
-    }
-    fn provider_accounts(&self) -> Vec<ProviderAccount> {
-        self.state.provider_accounts.clone()
-    }
-    fn pools(&self) -> Vec<Pool> {
-        self.state.pools.clone()
-    }
-    fn owner_quotas(&self) -> Vec<OwnerQuota> {
-        self.state.owner_quotas.clone()
-    }
-    fn offers(&self) -> Vec<Offer> {
-        self.state.offers.clone()
-    }
-    fn flavors(&self) -> Vec<Flavor> {
-        self.state.flavors.clone()
-    }
-    fn bindings(&self) -> Vec<Binding> {
-        self.state.bindings.clone()
+    fn state(&self, catalog: &Catalog) -> Result<Snapshot, Error> {
+        self.state.state(catalog)
     }
     fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error> {
         self.log.push((method.to_owned(), serde_json::from_str(input).unwrap_or(Value::Null)));

@@ -10,6 +10,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/0004_checked_at.sql")),
         M::up(include_str!("migrations/0005_token_lifecycle.sql")),
         M::up(include_str!("migrations/0006_audit.sql")),
+        M::up(include_str!("migrations/0007_columns_from_fields.sql")),
     ])
 }
 

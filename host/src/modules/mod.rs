@@ -1,486 +1,233 @@
-//! The six platform modules (SPEC §4) and the machinery they share.
+//! The modules (SPEC §4): one API group, one table and one FleetConfig section per kind,
+//! all served by the same code from the kinds' descriptors (`fleet_guest::kinds`).
 //!
-//! A module is one API group, one table and one FleetConfig section. Each module file
-//! declares its [`Module`]: its fields (which drive validation, storage, the OpenAPI
-//! schemas and the planner's state adapters), which removals it allows, and its own
-//! rules as hooks. The handlers here are the single code path for every change to
-//! these objects: the HTTP methods and fleet's apply both call them, inside whatever
-//! transaction the caller opened.
+//! A descriptor drives validation, storage (`store`), the method schemas and the
+//! planner's state. What is not a field type is a rule of the descriptor (an offer's
+//! `to` differs from its pool's owner) or holds for every kind (a reference names a live
+//! object of the tenant; a deleted object is referenced by no live object). The
+//! handlers here are the single code path for every change to module objects: the
+//! HTTP methods and fleet's apply both call them, inside whatever transaction the
+//! caller opened.
 
-pub mod accounts;
-pub mod flavors;
-pub mod offers;
-pub mod pools;
-pub mod quotas;
-pub mod sites;
+pub mod store;
 
 use std::sync::Arc;
 
-use fleet_guest::Kind;
+use fleet_guest::grammar::{self, NAME_PATTERN, TEXT_PATTERN};
+use fleet_guest::kinds::{Descriptor, FieldType, Removal, Rule};
+use fleet_guest::{Catalog, json::MAX_COUNT};
 use rand::RngCore;
-use rusqlite::{Connection, OptionalExtension, Row, ToSql, params_from_iter};
 use serde_json::{Map, Value, json};
 
 use crate::api::{ApiError, Code, Problem};
 use crate::audit::FieldChange;
+use crate::calls::input::{Input, pointer};
+use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
 use crate::db;
-use crate::input::{Input, MAX_COUNT, pointer};
-use crate::registry::{Ctx, Method, MethodKind, Registry};
+pub use store::Object;
 
 /// The longest idempotency key a create accepts, in characters (as JSON Schema's
 /// `maxLength` counts).
 pub const MAX_IDEMPOTENCY_KEY: usize = 512;
-
-const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
-
-/// Strings hold no control characters (SPEC §2), as an ECMA-262 pattern.
-pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
 
 /// Any string without control characters.
 pub fn text_schema() -> Value {
     json!({"type": "string", "pattern": TEXT_PATTERN})
 }
 
-/// Every module, in dependency order.
-pub const ALL: [&Module; 6] =
-    [&sites::MODULE, &accounts::MODULE, &pools::MODULE, &quotas::MODULE, &offers::MODULE, &flavors::MODULE];
-
-pub fn of(kind: Kind) -> &'static Module {
-    match kind {
-        Kind::Site => &sites::MODULE,
-        Kind::ProviderAccount => &accounts::MODULE,
-        Kind::Pool => &pools::MODULE,
-        Kind::OwnerQuota => &quotas::MODULE,
-        Kind::Offer => &offers::MODULE,
-        Kind::Flavor => &flavors::MODULE,
-    }
-}
-
-/// The value types of module fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldType {
-    /// Any string.
-    Text,
-    /// A string that must not be empty.
-    NonEmpty,
-    /// A string matching the name pattern (names, owners, providers, classes).
-    Name,
-    /// The id of a live object of this kind in the caller's tenant.
-    Ref(Kind),
-    /// A non-negative integer up to 2^53 - 1.
-    Count,
-    /// A map of string to string, stored as JSON text.
-    Map,
-}
-
-pub struct Field {
-    /// The wire (camelCase) name.
-    pub name: &'static str,
-    pub column: &'static str,
-    pub ty: FieldType,
-    pub required: bool,
-    pub immutable: bool,
-}
-
-impl Field {
-    pub const fn new(name: &'static str, column: &'static str, ty: FieldType) -> Field {
-        Field { name, column, ty, required: false, immutable: false }
-    }
-
-    pub const fn required(mut self) -> Field {
-        self.required = true;
-        self
-    }
-
-    pub const fn immutable(mut self) -> Field {
-        self.immutable = true;
-        self
-    }
-
-    fn default_value(&self) -> Value {
-        match self.ty {
-            FieldType::Count => json!(0),
-            FieldType::Map => json!({}),
-            _ => json!(""),
-        }
-    }
-}
-
-/// A value rule of one module that needs stored state, e.g. an offer's `to` against its
-/// pool's owner. It sees the object as it would be written and returns problems that are
-/// reported as `INVALID_ARGUMENT` together with the request's own. Fields that failed
-/// their own validation are absent from the object, so a rule skips what it cannot judge.
-pub type Rule = fn(&Ctx, &Object) -> Result<Vec<Problem>, ApiError>;
-
-/// A precondition of a delete, given the object as stored.
-pub type Hook = fn(&Ctx, &Object) -> Result<(), ApiError>;
-
+/// One kind served as a module: its descriptor, and the catalogue its references name
+/// kinds of.
+#[derive(Clone)]
 pub struct Module {
-    pub kind: Kind,
-    pub table: &'static str,
-    pub fields: &'static [Field],
-    /// Quotas are keyed by `owner`; everything else by `id`.
-    pub keyed_by_owner: bool,
-    pub deletable: bool,
-    pub archivable: bool,
-    /// Run before every create, update and set.
-    pub validate: Rule,
-    /// Run before a delete.
-    pub before_delete: Hook,
-}
-
-pub fn no_problems(_: &Ctx, _: &Object) -> Result<Vec<Problem>, ApiError> {
-    Ok(Vec::new())
-}
-
-pub fn no_rule(_: &Ctx, _: &Object) -> Result<(), ApiError> {
-    Ok(())
+    pub kind: &'static Descriptor,
+    catalog: Arc<Catalog>,
 }
 
 impl Module {
-    pub fn group(&self) -> &'static str {
-        self.kind.group()
+    /// The module of the kind at `kind` in `catalog`.
+    pub fn new(catalog: Arc<Catalog>, kind: usize) -> Module {
+        Module { kind: catalog.get(kind), catalog }
     }
 
-    fn key_field(&self) -> &'static str {
-        if self.keyed_by_owner { "owner" } else { "id" }
-    }
-
-    fn describe(&self) -> String {
-        self.kind.name().to_string()
+    /// The descriptor of the kind a reference names.
+    fn target(&self, kind: &str) -> Option<&'static Descriptor> {
+        self.catalog.by_kind(kind).map(|position| self.catalog.get(position))
     }
 
     /// Registers the module's methods.
-    pub fn register(&'static self, registry: &mut Registry) {
-        type Op = fn(&'static Module, &Ctx, Value) -> Result<Value, ApiError>;
-        let group = self.group();
-        let method = |name: &str, kind: MethodKind, op: Op, summary: String, input: Value, output: Value| {
-            Method::new(group, name, kind, Arc::new(move |ctx: &Ctx, body: Value| op(self, ctx, body)))
-                .summary(summary)
-                .schemas(input, output)
+    pub fn register(&self, registry: &mut Registry) {
+        type Op = fn(&Module, &Ctx, Value) -> Result<Value, ApiError>;
+        let kind = self.kind;
+        let name = kind.kind;
+        let object = object_schema(kind, &self.catalog);
+        let key = key_schema(kind);
+        let mut add = |verb: &str, method_kind: MethodKind, op: Op, summary: String, input: Value, output: &Value| {
+            let module = self.clone();
+            let handler = Arc::new(move |ctx: &Ctx, body: Value| op(&module, ctx, body));
+            let method = Method::new(kind.group, verb, method_kind, handler).summary(summary);
+            registry.register(method.schemas(input, output.clone()));
         };
-        let kind = self.kind.name();
-        let object = self.object_schema();
-        let key = self.key_schema();
-        registry.register(method(
+        let archived = if kind.archives() { ", archived ones included" } else { "" };
+        add(
             "list",
             MethodKind::Read,
             list,
-            format!("Lists the tenant's {} objects, archived ones included.", kind),
+            format!("Lists the tenant's {name} objects{archived}."),
             json!({"type": "object", "additionalProperties": false}),
-            json!({"type": "object", "properties": {"items": {"type": "array", "items": object}}}),
-        ));
-        registry.register(method(
-            "get",
-            MethodKind::Read,
-            get,
-            format!("Reads one {kind}."),
-            key.clone(),
-            object.clone(),
-        ));
-        if self.keyed_by_owner {
-            registry.register(method(
-                "set",
-                MethodKind::Mutation,
-                set,
-                format!("Creates or replaces the {kind} of an owner."),
-                self.input_schema(true),
-                object.clone(),
-            ));
+            &json!({"type": "object", "properties": {"items": {"type": "array", "items": object}}}),
+        );
+        add("get", MethodKind::Read, get, format!("Reads one {name}."), key.clone(), &object);
+        if kind.upserted() {
+            let summary = format!("Creates or replaces the {name} of {}.", article(kind.identity_name()));
+            add("set", MethodKind::Mutation, set, summary, input_schema(kind, &self.catalog, true), &object);
         } else {
-            registry.register(method(
-                "create",
-                MethodKind::Mutation,
-                create,
-                format!("Creates a {kind}; an idempotencyKey of a live object returns that object."),
-                self.input_schema(true),
-                object.clone(),
-            ));
-            registry.register(method(
-                "update",
-                MethodKind::Mutation,
-                update,
-                format!("Changes fields of a {kind}; immutable fields cannot change."),
-                self.input_schema(false),
-                object.clone(),
-            ));
+            let summary = format!("Creates {}; an idempotencyKey of a live object returns that object.", kind.a());
+            add("create", MethodKind::Mutation, create, summary, input_schema(kind, &self.catalog, true), &object);
+            let summary = format!("Changes fields of {}; immutable fields cannot change.", kind.a());
+            add("update", MethodKind::Mutation, update, summary, input_schema(kind, &self.catalog, false), &object);
         }
-        if self.deletable {
-            registry.register(method(
-                "delete",
-                MethodKind::Mutation,
-                delete,
-                format!("Deletes a {kind}."),
-                key.clone(),
-                object.clone(),
-            ));
+        if kind.removal == Removal::Delete {
+            let summary = format!("Deletes {}; refused while a live object references it.", kind.a());
+            add("delete", MethodKind::Mutation, delete, summary, key.clone(), &object);
         }
-        if self.archivable {
-            registry.register(method(
-                "archive",
-                MethodKind::Mutation,
-                archive,
-                format!("Archives a {kind}."),
-                key.clone(),
-                object.clone(),
-            ));
-            registry.register(method(
-                "restore",
-                MethodKind::Mutation,
-                restore,
-                format!("Restores an archived {kind}."),
-                key,
-                object,
-            ));
+        if kind.archives() {
+            add("archive", MethodKind::Mutation, archive, format!("Archives {}.", kind.a()), key.clone(), &object);
+            add("restore", MethodKind::Mutation, restore, format!("Restores an archived {name}."), key, &object);
         }
-    }
-
-    pub fn field_schema(field: &Field) -> Value {
-        match field.ty {
-            FieldType::Count => json!({"type": "integer", "minimum": 0, "maximum": MAX_COUNT}),
-            FieldType::Map => json!({"type": "object", "propertyNames": text_schema(),
-                                     "additionalProperties": text_schema()}),
-            FieldType::Name => json!({"type": "string", "pattern": NAME_PATTERN}),
-            FieldType::NonEmpty => json!({"type": "string", "minLength": 1, "pattern": TEXT_PATTERN}),
-            FieldType::Ref(kind) => json!({"type": "string", "pattern": id_pattern(kind),
-                                           "description": format!("the id of a live {} of the tenant", kind.name())}),
-            FieldType::Text => text_schema(),
-        }
-    }
-
-    fn object_schema(&self) -> Value {
-        let mut properties: Map<String, Value> =
-            self.fields.iter().map(|field| (field.name.to_string(), Module::field_schema(field))).collect();
-        properties.insert(self.key_field().into(), self.key_property());
-        if self.archivable {
-            properties.insert("archived".into(), json!({"type": "boolean"}));
-        }
-        properties.insert("createdAt".into(), json!({"type": "string", "format": "date-time"}));
-        properties.insert("updatedAt".into(), json!({"type": "string", "format": "date-time"}));
-        json!({"type": "object", "properties": properties})
-    }
-
-    fn key_property(&self) -> Value {
-        if self.keyed_by_owner {
-            json!({"type": "string", "pattern": NAME_PATTERN})
-        } else {
-            json!({"type": "string", "pattern": id_pattern(self.kind)})
-        }
-    }
-
-    fn key_schema(&self) -> Value {
-        json!({"type": "object", "required": [self.key_field()], "additionalProperties": false,
-               "properties": {self.key_field(): self.key_property()}})
-    }
-
-    fn input_schema(&self, create: bool) -> Value {
-        let mut properties: Map<String, Value> =
-            self.fields.iter().map(|field| (field.name.to_string(), Module::field_schema(field))).collect();
-        properties.insert(self.key_field().into(), self.key_property());
-        let mut required: Vec<&str> = Vec::new();
-        if create {
-            required.extend(self.fields.iter().filter(|field| field.required).map(|field| field.name));
-            if !self.keyed_by_owner {
-                properties.insert(
-                    "idempotencyKey".into(),
-                    json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY, "pattern": TEXT_PATTERN}),
-                );
-            }
-        }
-        if (!create || self.keyed_by_owner) && !required.contains(&self.key_field()) {
-            required.push(self.key_field());
-        }
-        json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties})
     }
 }
 
-/// One stored object: its key (id, or owner for quotas), its fields by wire name.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Object {
-    pub key: String,
-    pub fields: Map<String, Value>,
-    pub archived: bool,
-    pub created_at: String,
-    pub updated_at: String,
+/// `an owner`, `a name`.
+fn article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {word}")
 }
 
-impl Object {
-    pub fn text(&self, field: &str) -> &str {
-        self.fields.get(field).and_then(Value::as_str).unwrap_or_default()
+/// The kinds this deployment knows (its catalogue) and those whose modules it runs.
+pub struct Modules {
+    pub catalog: Arc<Catalog>,
+    runs: Vec<bool>,
+}
+
+impl Modules {
+    /// The modules of `catalog` whose kinds `runs` names.
+    pub fn new(catalog: Arc<Catalog>, runs: impl Fn(&str) -> bool) -> Modules {
+        let runs = catalog.iter().map(|(_, kind)| runs(kind.kind)).collect();
+        Modules { catalog, runs }
     }
 
-    pub fn count(&self, field: &str) -> u64 {
-        self.fields.get(field).and_then(Value::as_u64).unwrap_or_default()
+    /// Whether this deployment runs the module of the kind named `kind`.
+    pub fn runs(&self, kind: &str) -> bool {
+        self.catalog.by_kind(kind).is_some_and(|position| self.runs[position])
     }
 
-    pub fn to_json(&self, module: &Module) -> Value {
-        let mut object = Map::new();
-        object.insert(module.key_field().into(), Value::String(self.key.clone()));
-        for field in module.fields {
-            if field.name != module.key_field() {
-                object.insert(field.name.into(), self.fields.get(field.name).cloned().unwrap_or(Value::Null));
-            }
+    /// The kinds whose modules run, in dependency order.
+    pub fn running(&self) -> impl Iterator<Item = &'static Descriptor> + '_ {
+        self.catalog.iter().filter(|(position, _)| self.runs[*position]).map(|(_, kind)| kind)
+    }
+
+    /// Registers the methods of every module that runs.
+    pub fn register(&self, registry: &mut Registry) {
+        for (position, _) in self.catalog.iter().filter(|(position, _)| self.runs[*position]) {
+            Module::new(self.catalog.clone(), position).register(registry);
         }
-        if module.archivable {
-            object.insert("archived".into(), Value::Bool(self.archived));
+    }
+}
+
+// ---- schemas ---------------------------------------------------------------------------
+
+/// The request schema of a field's value.
+pub fn field_schema(ty: FieldType, required: bool, catalog: &Catalog) -> Value {
+    match ty {
+        FieldType::Count => json!({"type": "integer", "minimum": 0, "maximum": MAX_COUNT}),
+        FieldType::Bool => json!({"type": "boolean"}),
+        FieldType::Map => json!({"type": "object", "propertyNames": text_schema(),
+                                 "additionalProperties": text_schema()}),
+        FieldType::Name => json!({"type": "string", "pattern": NAME_PATTERN}),
+        FieldType::String if required => json!({"type": "string", "minLength": 1, "pattern": TEXT_PATTERN}),
+        FieldType::String => text_schema(),
+        FieldType::Ref(kind) => {
+            let prefix = catalog.by_kind(kind).and_then(|position| catalog.get(position).id_prefix());
+            json!({"type": "string", "pattern": grammar::id_pattern(prefix.unwrap_or_default()),
+                   "description": format!("the id of a live {kind} of the tenant")})
         }
-        object.insert("createdAt".into(), Value::String(self.created_at.clone()));
-        object.insert("updatedAt".into(), Value::String(self.updated_at.clone()));
-        Value::Object(object)
     }
 }
 
-// ---- storage ------------------------------------------------------------------------
-
-fn columns(module: &Module) -> Vec<&'static str> {
-    let mut columns = vec![if module.keyed_by_owner { "owner" } else { "id" }];
-    columns.extend(
-        module.fields.iter().filter(|field| field.name != "owner" || !module.keyed_by_owner).map(|field| field.column),
-    );
-    columns
-}
-
-fn select(module: &Module) -> String {
-    let archived = if module.archivable { "archived" } else { "0" };
-    format!(
-        "SELECT {}, {archived}, created_at, updated_at FROM {} WHERE tenant = ?1",
-        columns(module).join(", "),
-        module.table
-    )
-}
-
-fn read_row(module: &Module, row: &Row) -> rusqlite::Result<Object> {
-    let mut fields = Map::new();
-    let mut index = 1;
-    for field in module.fields.iter().filter(|field| field.name != "owner" || !module.keyed_by_owner) {
-        let value = match field.ty {
-            FieldType::Count => json!(row.get::<_, i64>(index)?),
-            FieldType::Map => {
-                let text: String = row.get(index)?;
-                serde_json::from_str(&text).map_err(|error| {
-                    rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(error))
-                })?
-            }
-            _ => Value::String(row.get(index)?),
-        };
-        fields.insert(field.name.into(), value);
-        index += 1;
-    }
-    let key: String = row.get(0)?;
-    if module.keyed_by_owner {
-        fields.insert("owner".into(), Value::String(key.clone()));
-    }
-    Ok(Object {
-        key,
-        fields,
-        archived: row.get(index)?,
-        created_at: row.get(index + 1)?,
-        updated_at: row.get(index + 2)?,
-    })
-}
-
-/// Every object of the tenant, ordered by key.
-pub fn load_all(db: &Connection, module: &Module, tenant: &str) -> Result<Vec<Object>, ApiError> {
-    let sql = format!("{} ORDER BY {}", select(module), module.key_field());
-    let mut statement = db.prepare_cached(&sql)?;
-    let rows = statement.query_map([tenant], |row| read_row(module, row))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-pub fn load(db: &Connection, module: &Module, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
-    let sql = format!("{} AND {} = ?2", select(module), module.key_field());
-    let mut statement = db.prepare_cached(&sql)?;
-    Ok(statement.query_row([tenant, key], |row| read_row(module, row)).optional()?)
-}
-
-fn load_by_idempotency_key(
-    db: &Connection,
-    module: &Module,
-    tenant: &str,
-    idempotency_key: &str,
-) -> Result<Option<Object>, ApiError> {
-    let sql = format!("{} AND idempotency_key = ?2", select(module));
-    let mut statement = db.prepare_cached(&sql)?;
-    Ok(statement.query_row([tenant, idempotency_key], |row| read_row(module, row)).optional()?)
-}
-
-fn sql_value(field: &Field, value: &Value) -> Box<dyn ToSql> {
-    match field.ty {
-        FieldType::Count => Box::new(value.as_i64().unwrap_or_default()),
-        FieldType::Map => Box::new(value.to_string()),
-        _ => Box::new(value.as_str().unwrap_or_default().to_owned()),
+fn key_property(kind: &Descriptor) -> Value {
+    match kind.id_prefix() {
+        Some(prefix) => json!({"type": "string", "pattern": grammar::id_pattern(prefix)}),
+        None => json!({"type": "string", "pattern": NAME_PATTERN}),
     }
 }
 
-/// Writes the whole object (insert or replace by key).
-fn write(
-    db: &Connection,
-    module: &Module,
-    tenant: &str,
-    object: &Object,
-    idempotency_key: Option<&str>,
-) -> Result<(), ApiError> {
-    let mut names = vec!["tenant"];
-    let mut values: Vec<Box<dyn ToSql>> = vec![Box::new(tenant.to_owned())];
-    names.extend(columns(module));
-    values.push(Box::new(object.key.clone()));
-    for field in module.fields.iter().filter(|field| field.name != "owner" || !module.keyed_by_owner) {
-        values.push(sql_value(field, object.fields.get(field.name).unwrap_or(&Value::Null)));
-    }
-    if module.archivable {
-        names.push("archived");
-        values.push(Box::new(object.archived));
-    }
-    if !module.keyed_by_owner {
-        names.push("idempotency_key");
-        values.push(Box::new(idempotency_key.map(str::to_owned)));
-    }
-    names.extend(["created_at", "updated_at"]);
-    values.push(Box::new(object.created_at.clone()));
-    values.push(Box::new(object.updated_at.clone()));
-    let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
-    let assignments: Vec<String> = names
+fn object_schema(kind: &Descriptor, catalog: &Catalog) -> Value {
+    let mut properties: Map<String, Value> = kind
+        .fields
         .iter()
-        .filter(|name| !matches!(**name, "tenant" | "created_at" | "idempotency_key") && **name != module.key_field())
-        .map(|name| format!("{name} = excluded.{name}"))
+        .map(|field| (field.name.to_string(), field_schema(field.ty, field.required, catalog)))
         .collect();
-    let sql = format!(
-        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant, {}) DO UPDATE SET {}",
-        module.table,
-        names.join(", "),
-        placeholders.join(", "),
-        module.key_field(),
-        assignments.join(", ")
-    );
-    db.prepare_cached(&sql)?.execute(params_from_iter(values.iter()))?;
-    Ok(())
+    properties.insert(kind.identity_name().into(), key_property(kind));
+    if kind.archives() {
+        properties.insert("archived".into(), json!({"type": "boolean"}));
+    }
+    properties.insert("createdAt".into(), json!({"type": "string", "format": "date-time"}));
+    properties.insert("updatedAt".into(), json!({"type": "string", "format": "date-time"}));
+    json!({"type": "object", "properties": properties})
+}
+
+fn key_schema(kind: &Descriptor) -> Value {
+    let identity = kind.identity_name();
+    json!({"type": "object", "required": [identity], "additionalProperties": false,
+           "properties": {identity: key_property(kind)}})
+}
+
+fn input_schema(kind: &Descriptor, catalog: &Catalog, create: bool) -> Value {
+    let mut properties: Map<String, Value> = kind
+        .fields
+        .iter()
+        .map(|field| (field.name.to_string(), field_schema(field.ty, field.required, catalog)))
+        .collect();
+    let identity = kind.identity_name();
+    properties.insert(identity.into(), key_property(kind));
+    let mut required: Vec<&str> = Vec::new();
+    if create && !kind.upserted() {
+        properties.insert(
+            "idempotencyKey".into(),
+            json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY, "pattern": TEXT_PATTERN}),
+        );
+        required.extend(kind.fields.iter().filter(|field| field.required).map(|field| field.name));
+    } else {
+        required.push(identity);
+    }
+    json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties})
 }
 
 // ---- validation ---------------------------------------------------------------------
 
-/// Reads the module's fields from a request. On create, required fields must be there
+/// Reads the kind's fields from a request. On create, required fields must be there
 /// and absent ones take their defaults; on update every field is optional. A value with
 /// a problem is left out (and reported through `input`).
 pub fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<String, Value> {
     let mut fields = Map::new();
-    for field in module.fields {
-        if module.keyed_by_owner && field.name == "owner" {
-            continue;
-        }
+    for field in module.kind.fields {
         let required = create && field.required;
         let present = input.has(field.name);
         let value = match field.ty {
-            FieldType::Text => input.string(field.name, required).map(Value::String),
-            FieldType::NonEmpty => match input.string(field.name, required) {
-                Some(text) if text.is_empty() => {
+            FieldType::String => match input.string(field.name, required) {
+                Some(text) if text.is_empty() && field.required => {
                     input.problem(field.name, "must not be empty");
                     None
                 }
                 other => other.map(Value::String),
             },
-            FieldType::Ref(kind) => read_id(input, field.name, kind, required).map(Value::String),
+            FieldType::Ref(kind) => {
+                let prefix = module.target(kind).and_then(Descriptor::id_prefix).unwrap_or_default();
+                read_id(input, field.name, kind, prefix, required).map(Value::String)
+            }
             FieldType::Name => input.name(field.name, required).map(Value::String),
             FieldType::Count => input.count(field.name, required).map(Value::from),
+            FieldType::Bool => input.boolean(field.name, required).map(Value::Bool),
             FieldType::Map => input.string_map(field.name, required).map(|map| json!(map)),
         };
         match value {
@@ -488,7 +235,7 @@ pub fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<Stri
                 fields.insert(field.name.into(), value);
             }
             None if create && !required && !present => {
-                fields.insert(field.name.into(), field.default_value());
+                fields.insert(field.name.into(), default_value(field.ty));
             }
             None => {}
         }
@@ -496,42 +243,61 @@ pub fn read_fields(module: &Module, input: &mut Input, create: bool) -> Map<Stri
     fields
 }
 
-/// `<prefix>_` + 26 characters of lowercase base32.
-pub fn is_id(text: &str, prefix: &str) -> bool {
-    text.strip_prefix(prefix).and_then(|rest| rest.strip_prefix('_')).is_some_and(|body| {
-        body.len() == 26 && body.bytes().all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
-    })
+fn default_value(ty: FieldType) -> Value {
+    serde_json::to_value(fleet_guest::Value::default_of(ty)).unwrap_or(Value::Null)
 }
 
 pub fn new_id(prefix: &str) -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}_{}", data_encoding::BASE32_NOPAD.encode(&bytes).to_lowercase())
-}
-
-fn id_pattern(kind: Kind) -> String {
-    format!("^{}_[a-z2-7]{{26}}$", kind.id_prefix().unwrap_or_default())
+    grammar::id_from(prefix, &bytes)
 }
 
 /// A field holding the id of an object of `kind`: a malformed id is a bad value
 /// (`INVALID_ARGUMENT`), whatever the tenant holds.
-fn read_id(input: &mut Input, field: &str, kind: Kind, required: bool) -> Option<String> {
+fn read_id(input: &mut Input, field: &str, kind: &str, prefix: &str, required: bool) -> Option<String> {
     let text = input.string(field, required)?;
-    let prefix = kind.id_prefix().unwrap_or_default();
-    if is_id(&text, prefix) {
+    if grammar::is_id(&text, prefix) {
         Some(text)
     } else {
-        input.problem(
-            field,
-            format!("{text:?} is not a {} id ({prefix}_ and 26 lowercase base32 characters)", kind.name()),
-        );
+        input.problem(field, format!("{text:?} is not a {kind} id ({prefix}_ and 26 lowercase base32 characters)"));
         None
     }
 }
 
-/// The key of a get, update, delete, archive or restore: an id, or a quota's owner.
-fn read_key(module: &Module, input: &mut Input) -> Option<String> {
-    if module.keyed_by_owner { input.name("owner", true) } else { read_id(input, "id", module.kind, true) }
+/// The key of a get, update, delete, archive or restore: an id, or the identity field.
+fn read_key(kind: &Descriptor, input: &mut Input) -> Option<String> {
+    match kind.id_prefix() {
+        Some(prefix) => read_id(input, "id", kind.kind, prefix, true),
+        None => input.name(kind.identity_name(), true),
+    }
+}
+
+/// The kind's rules over the object as it would be written (`INVALID_ARGUMENT`
+/// problems). Fields that failed their own validation are absent from the object, so a
+/// rule skips what it cannot judge; so does a reference to nothing, which the reference
+/// check reports.
+fn check_rules(module: &Module, ctx: &Ctx, object: &Object) -> Result<Vec<Problem>, ApiError> {
+    let mut problems = Vec::new();
+    for rule in module.kind.rules {
+        match *rule {
+            Rule::Differs { field, via, other } => {
+                let (ours, reference) = (object.text(field), object.text(via));
+                let target =
+                    module.kind.fields.iter().find(|candidate| candidate.name == via).and_then(|via| match via.ty {
+                        FieldType::Ref(kind) => module.target(kind),
+                        _ => None,
+                    });
+                let (Some(target), false, false) = (target, ours.is_empty(), reference.is_empty()) else { continue };
+                let Some(referenced) = store::load(ctx.db, target, &ctx.caller.tenant, reference)? else { continue };
+                if referenced.text(other) == ours {
+                    let message = format!("{field} is the {other} of {} {reference} ({ours})", target.kind);
+                    problems.push(Problem { path: pointer(field), message });
+                }
+            }
+        }
+    }
+    Ok(problems)
 }
 
 /// References must name live objects of the caller's tenant (`FAILED_PRECONDITION`);
@@ -543,15 +309,18 @@ fn check_references(
     only: Option<&Map<String, Value>>,
 ) -> Result<(), ApiError> {
     let mut problems = Vec::new();
-    for field in module.fields {
+    for field in module.kind.fields {
         let FieldType::Ref(kind) = field.ty else { continue };
         if only.is_some_and(|changed| !changed.contains_key(field.name)) {
             continue;
         }
         let id = object.text(field.name);
-        let live = load(ctx.db, of(kind), &ctx.caller.tenant, id)?.is_some_and(|found| !found.archived);
+        let live = match module.target(kind) {
+            Some(target) => store::load(ctx.db, target, &ctx.caller.tenant, id)?.is_some_and(|found| !found.archived),
+            None => false,
+        };
         if !live {
-            let message = format!("{} {id:?} is not a live {} of this tenant", field.name, kind.name());
+            let message = format!("{} {id:?} is not a live {kind} of this tenant", field.name);
             problems.push(Problem { path: pointer(field.name), message });
         }
     }
@@ -562,8 +331,37 @@ fn check_references(
     Err(ApiError::failed_precondition(message).with_details(json!({ "problems": problems })))
 }
 
-fn not_found(module: &Module, key: &str) -> ApiError {
-    ApiError::not_found(format!("no {} {key:?}", module.describe()))
+/// A delete is refused while a live object of the tenant references the object
+/// (`FAILED_PRECONDITION`, the referrers by section in `details`).
+fn check_unreferenced(ctx: &Ctx, module: &Module, object: &Object) -> Result<(), ApiError> {
+    let mut referrers = Map::new();
+    let mut lines = Vec::new();
+    for (_, referrer) in module.catalog.iter() {
+        for field in referrer.fields {
+            if field.ty != FieldType::Ref(module.kind.kind) {
+                continue;
+            }
+            let keys = store::live_keys_where(ctx.db, referrer, &ctx.caller.tenant, field.name, &object.key)?;
+            if !keys.is_empty() {
+                lines.push(format!("the live {} {keys:?}", referrer.section));
+                referrers.insert(referrer.section.into(), json!(keys));
+            }
+        }
+    }
+    if referrers.is_empty() {
+        return Ok(());
+    }
+    let kind = module.kind.kind;
+    Err(ApiError::failed_precondition(format!(
+        "{kind} {:?} is used by {}; remove them or point them at another {kind} first",
+        object.key,
+        lines.join(" and ")
+    ))
+    .with_details(Value::Object(referrers)))
+}
+
+fn not_found(kind: &Descriptor, key: &str) -> ApiError {
+    ApiError::not_found(format!("no {} {key:?}", kind.kind))
 }
 
 // ---- handlers -------------------------------------------------------------------------
@@ -574,29 +372,32 @@ fn not_found(module: &Module, key: &str) -> ApiError {
 // Nothing is written before every check has passed, and the surrounding transaction
 // rolls back whatever a later call of the same transaction fails on.
 
-fn list(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn list(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     Input::new(body)?.finish()?;
-    let items: Vec<Value> =
-        load_all(ctx.db, module, &ctx.caller.tenant)?.iter().map(|object| object.to_json(module)).collect();
+    let items: Vec<Value> = store::load_all(ctx.db, module.kind, &ctx.caller.tenant)?
+        .iter()
+        .map(|object| object.to_json(module.kind))
+        .collect();
     Ok(json!({ "items": items }))
 }
 
 /// Reads the key of a request that names one existing object, and loads that object.
-fn existing(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Object, ApiError> {
+fn existing(module: &Module, ctx: &Ctx, body: Value) -> Result<Object, ApiError> {
     let mut input = Input::new(body)?;
-    let key = read_key(module, &mut input);
+    let key = read_key(module.kind, &mut input);
     input.finish()?;
     let key = key.unwrap_or_default();
-    load(ctx.db, module, &ctx.caller.tenant, &key)?.ok_or_else(|| not_found(module, &key))
+    store::load(ctx.db, module.kind, &ctx.caller.tenant, &key)?.ok_or_else(|| not_found(module.kind, &key))
 }
 
-fn get(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
-    Ok(existing(module, ctx, body)?.to_json(module))
+fn get(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    Ok(existing(module, ctx, body)?.to_json(module.kind))
 }
 
-fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let id = read_id(&mut input, "id", module.kind, false);
+    let prefix = module.kind.id_prefix().unwrap_or_default();
+    let id = read_id(&mut input, "id", module.kind.kind, prefix, false);
     let idempotency_key = input.string("idempotencyKey", false);
     if let Some(key) = &idempotency_key
         && (key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY)
@@ -605,49 +406,48 @@ fn create(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
     }
     let fields = read_fields(module, &mut input, true);
     let now = db::now();
-    let key = id.unwrap_or_else(|| new_id(module.kind.id_prefix().unwrap_or_default()));
+    let key = id.unwrap_or_else(|| new_id(prefix));
     let object = Object { key, fields, archived: false, created_at: now.clone(), updated_at: now };
-    input.extend((module.validate)(ctx, &object)?);
+    input.extend(check_rules(module, ctx, &object)?);
     input.finish()?;
 
     let tenant = &ctx.caller.tenant;
     // The key belongs to the live object made with it; an archived holder gives it up.
     let mut archived_holder = None;
     if let Some(key) = &idempotency_key
-        && let Some(holder) = load_by_idempotency_key(ctx.db, module, tenant, key)?
+        && let Some(holder) = store::load_by_idempotency_key(ctx.db, module.kind, tenant, key)?
     {
         if !holder.archived {
-            return Ok(holder.to_json(module));
+            return Ok(holder.to_json(module.kind));
         }
         archived_holder = Some(holder.key);
     }
-    if load(ctx.db, module, tenant, &object.key)?.is_some() {
+    if store::load(ctx.db, module.kind, tenant, &object.key)?.is_some() {
         return Err(ApiError::new(
             Code::AlreadyExists,
-            format!("{} {:?} already exists", module.describe(), object.key),
+            format!("{} {:?} already exists", module.kind.kind, object.key),
         ));
     }
     check_references(ctx, module, &object, None)?;
     if let Some(holder) = archived_holder {
-        let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", module.table);
-        ctx.db.prepare_cached(&sql)?.execute([tenant, &holder])?;
+        store::release_idempotency_key(ctx.db, module.kind, tenant, &holder)?;
     }
-    write(ctx.db, module, tenant, &object, idempotency_key.as_deref())?;
+    store::write(ctx.db, module.kind, tenant, &object, idempotency_key.as_deref())?;
     audit(ctx, module, "create", None, Some(&object))?;
-    Ok(object.to_json(module))
+    Ok(object.to_json(module.kind))
 }
 
-fn update(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn update(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let id = read_key(module, &mut input);
+    let id = read_key(module.kind, &mut input);
     let changes = read_fields(module, &mut input, false);
     let tenant = &ctx.caller.tenant;
     let stored = match &id {
-        Some(id) => load(ctx.db, module, tenant, id)?,
+        Some(id) => store::load(ctx.db, module.kind, tenant, id)?,
         None => None,
     };
     if let Some(stored) = &stored {
-        for field in module.fields.iter().filter(|field| field.immutable) {
+        for field in module.kind.fields.iter().filter(|field| field.immutable) {
             if let Some(value) = changes.get(field.name)
                 && Some(value) != stored.fields.get(field.name)
             {
@@ -658,77 +458,75 @@ fn update(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiE
         // The rules judge the mutable changes; a change to an immutable field is
         // already a problem of its own.
         let mut merged = stored.clone();
-        let immutable = |name: &str| module.fields.iter().any(|field| field.immutable && field.name == name);
+        let immutable = |name: &str| module.kind.fields.iter().any(|field| field.immutable && field.name == name);
         merged.fields.extend(
             changes.iter().filter(|(name, _)| !immutable(name)).map(|(name, value)| (name.clone(), value.clone())),
         );
-        input.extend((module.validate)(ctx, &merged)?);
+        input.extend(check_rules(module, ctx, &merged)?);
     }
     input.finish()?;
     let id = id.unwrap_or_default();
-    let stored = stored.ok_or_else(|| not_found(module, &id))?;
+    let stored = stored.ok_or_else(|| not_found(module.kind, &id))?;
 
     let changed: Map<String, Value> =
         changes.into_iter().filter(|(name, value)| stored.fields.get(name) != Some(value)).collect();
     if changed.is_empty() {
-        return Ok(stored.to_json(module));
+        return Ok(stored.to_json(module.kind));
     }
     let mut object = stored.clone();
     object.fields.extend(changed.clone());
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
-    write(ctx.db, module, tenant, &object, None)?;
+    store::write(ctx.db, module.kind, tenant, &object, None)?;
     audit(ctx, module, "update", Some(&stored), Some(&object))?;
-    Ok(object.to_json(module))
+    Ok(object.to_json(module.kind))
 }
 
 /// The quota upsert: the object afterwards is exactly the limits given (absent ones 0).
 /// Setting the limits a quota already has changes nothing, `updatedAt` included.
-fn set(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn set(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let owner = read_key(module, &mut input);
-    let mut fields = read_fields(module, &mut input, true);
+    let owner = read_key(module.kind, &mut input);
+    let fields = read_fields(module, &mut input, true);
     let tenant = &ctx.caller.tenant;
     let stored = match &owner {
-        Some(owner) => load(ctx.db, module, tenant, owner)?,
+        Some(owner) => store::load(ctx.db, module.kind, tenant, owner)?,
         None => None,
     };
     let owner = owner.unwrap_or_default();
-    fields.insert("owner".into(), Value::String(owner.clone()));
     let now = db::now();
     let created_at = stored.as_ref().map_or_else(|| now.clone(), |stored| stored.created_at.clone());
     let object = Object { key: owner, fields, archived: false, created_at, updated_at: now };
-    input.extend((module.validate)(ctx, &object)?);
+    input.extend(check_rules(module, ctx, &object)?);
     input.finish()?;
 
     if let Some(stored) = &stored
         && stored.fields == object.fields
     {
-        return Ok(stored.to_json(module));
+        return Ok(stored.to_json(module.kind));
     }
     check_references(ctx, module, &object, None)?;
-    write(ctx.db, module, tenant, &object, None)?;
+    store::write(ctx.db, module.kind, tenant, &object, None)?;
     audit(ctx, module, "set", stored.as_ref(), Some(&object))?;
-    Ok(object.to_json(module))
+    Ok(object.to_json(module.kind))
 }
 
 /// Removes the object; the answer is the object as it was. Its idempotency key is free
 /// again.
-fn delete(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn delete(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let object = existing(module, ctx, body)?;
-    (module.before_delete)(ctx, &object)?;
-    let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", module.table, module.key_field());
-    ctx.db.prepare_cached(&sql)?.execute([&ctx.caller.tenant, &object.key])?;
+    check_unreferenced(ctx, module, &object)?;
+    store::delete(ctx.db, module.kind, &ctx.caller.tenant, &object.key)?;
     audit(ctx, module, "delete", Some(&object), None)?;
-    Ok(object.to_json(module))
+    Ok(object.to_json(module.kind))
 }
 
 /// Archive and restore are idempotent: asking for the state an object is in changes
 /// nothing. A restore must leave a live object with live references.
-fn set_archived(module: &'static Module, ctx: &Ctx, body: Value, archived: bool) -> Result<Value, ApiError> {
+fn set_archived(module: &Module, ctx: &Ctx, body: Value, archived: bool) -> Result<Value, ApiError> {
     let stored = existing(module, ctx, body)?;
     if stored.archived == archived {
-        return Ok(stored.to_json(module));
+        return Ok(stored.to_json(module.kind));
     }
     let mut object = stored.clone();
     object.archived = archived;
@@ -736,9 +534,9 @@ fn set_archived(module: &'static Module, ctx: &Ctx, body: Value, archived: bool)
     if !archived {
         check_references(ctx, module, &object, None)?;
     }
-    write(ctx.db, module, &ctx.caller.tenant, &object, None)?;
+    store::write(ctx.db, module.kind, &ctx.caller.tenant, &object, None)?;
     audit(ctx, module, if archived { "archive" } else { "restore" }, Some(&stored), Some(&object))?;
-    Ok(object.to_json(module))
+    Ok(object.to_json(module.kind))
 }
 
 /// The audit record of a change from `before` to `after` (either absent for a create
@@ -753,6 +551,7 @@ fn audit(
     let archived = |object: Option<&Object>| object.map(|object| Value::Bool(object.archived));
     let (archived_before, archived_after) = (archived(before), archived(after));
     let mut changes: Vec<FieldChange> = module
+        .kind
         .fields
         .iter()
         .map(|field| FieldChange {
@@ -762,18 +561,18 @@ fn audit(
         })
         .filter(|change| change.from != change.to)
         .collect();
-    if module.archivable && before.is_some() && after.is_some() && archived_before != archived_after {
+    if module.kind.archives() && before.is_some() && after.is_some() && archived_before != archived_after {
         changes.push(FieldChange { field: "archived", from: archived_before.as_ref(), to: archived_after.as_ref() });
     }
     let key = after.or(before).map(|object| object.key.as_str()).unwrap_or_default();
-    crate::audit::record(ctx, &format!("compute.{}.{method}", module.group()), module.kind.name(), key, &changes)
+    crate::audit::record(ctx, &module.kind.method(method), module.kind.kind, key, &changes)
 }
 
-fn archive(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn archive(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     set_archived(module, ctx, body, true)
 }
 
-fn restore(module: &'static Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn restore(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     set_archived(module, ctx, body, false)
 }
 

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{is_id, new_id};
+use super::new_id;
 use crate::api::{ApiError, Code};
 use crate::app::{App, Config};
-use crate::auth::{self, Caller};
+use crate::calls::auth::{self, Caller};
+use crate::calls::registry::{Ctx, Via};
 use crate::db::{self, Tx};
-use crate::registry::{Ctx, Via};
+use fleet_guest::grammar::is_id;
 
 #[test]
 fn ids_have_a_prefix_and_26_base32_characters() {
@@ -48,7 +49,7 @@ impl Fixture {
     ) -> Result<T, ApiError> {
         let db = self.app.db.get().expect("a connection");
         db::transaction(&db, Tx::Write, |db| {
-            let ctx = Ctx { app: &self.app, caller: &self.caller, db, via: Via::Api };
+            let ctx = Ctx { caller: &self.caller, db, via: Via::Api };
             let call = |name: &str, input: Value| {
                 let method = self.app.registry.by_name(name).expect("the method is registered");
                 method.run_in(&ctx, input)

@@ -3,43 +3,48 @@
 //! the transaction, the authorization of every planned call, name bindings, the
 //! applied document and the drift state.
 
+pub mod bindings;
+pub mod drift;
+pub mod events;
+
 use std::sync::Arc;
 
-use fleet_guest::{Binding, Kind};
+use fleet_guest::Catalog;
+use fleet_guest::grammar::{self, is_name};
+use fleet_guest::kinds::FieldType;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
-use crate::api::{ApiError, Code};
+use crate::api::ApiError;
 use crate::app::App;
-use crate::auth::{self, Caller};
+use crate::calls::auth::Caller;
+use crate::calls::input::Input;
+use crate::calls::parse_body;
+use crate::calls::registry::{Method, MethodKind, Registry};
 use crate::db::{self, Conn};
-use crate::events;
-use crate::input::Input;
-use crate::registry::{Method, MethodKind, Registry};
-use crate::sandbox::{Entry, Session, Source};
-use crate::server::parse_body;
+use crate::planner::{Entry, Session, Source};
 
-pub fn register(registry: &mut Registry) {
+pub fn register(registry: &mut Registry, catalog: &Catalog) {
     registry.register(
         Method::planner("fleet", "export", MethodKind::Read, Arc::new(export))
             .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false}),
                 json!({"type": "object", "properties": {
-                    "document": fleet_config_schema(),
+                    "document": fleet_config_schema(catalog),
                     "missing": {"type": "array", "items": {"type": "string"}}}}),
             ),
     );
     registry.register(
         Method::planner("fleet", "plan", MethodKind::Read, Arc::new(plan))
             .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing.")
-            .schemas(request_schema(false), plan_schema()),
+            .schemas(request_schema(catalog, false), plan_schema()),
     );
     registry.register(
         Method::planner("fleet", "apply", MethodKind::Mutation, Arc::new(apply))
             .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied.")
             .schemas(
-                request_schema(true),
+                request_schema(catalog, true),
                 json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
             ),
     );
@@ -80,24 +85,25 @@ pub fn register(registry: &mut Registry) {
 /// WIT module adapters from it and plans with no further round trip.
 fn snapshot(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
     Input::new(parse_body(body.as_bytes())?)?.finish()?;
-    let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::state::snapshot(&app, db, &caller))?;
-    serde_json::to_string(&snapshot).map_err(ApiError::internal)
+    let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::planner::state::snapshot(&app.modules, db, &caller))?;
+    Ok(snapshot.to_json(&app.modules.catalog).to_string())
 }
 
-/// The FleetConfig document of SPEC §5, from the module field specs: references are
+/// The FleetConfig document of SPEC §5, from the kinds' descriptors: references are
 /// keys of the same document or ids; nothing read-only appears.
-fn fleet_config_schema() -> Value {
+fn fleet_config_schema(catalog: &Catalog) -> Value {
     let mut sections = Map::new();
-    for kind in Kind::ALL {
-        let module = crate::modules::of(kind);
+    for (_, kind) in catalog.iter() {
         let mut properties = Map::new();
         let mut required = Vec::new();
-        for field in module.fields.iter().filter(|field| !(module.keyed_by_owner && field.name == "owner")) {
+        for field in kind.fields {
             let schema = match field.ty {
-                crate::modules::FieldType::Ref(target) => json!({
-                    "type": "string", "pattern": key_pattern(target),
-                    "description": format!("the key of a {} in this document, or its id", target.name())}),
-                _ => crate::modules::Module::field_schema(field),
+                FieldType::Ref(target) => {
+                    let prefix = catalog.by_kind(target).and_then(|position| catalog.get(position).id_prefix());
+                    json!({"type": "string", "pattern": grammar::key_pattern(prefix),
+                           "description": format!("the key of a {target} in this document, or its id")})
+                }
+                _ => crate::modules::field_schema(field.ty, field.required, catalog),
             };
             properties.insert(field.name.into(), schema);
             if field.required {
@@ -107,25 +113,17 @@ fn fleet_config_schema() -> Value {
         let object =
             json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties});
         sections.insert(
-            kind.section().into(),
-            json!({"type": "object", "propertyNames": {"pattern": key_pattern(kind)}, "additionalProperties": object}),
+            kind.section.into(),
+            json!({"type": "object", "propertyNames": {"pattern": grammar::key_pattern(kind.id_prefix())},
+                   "additionalProperties": object}),
         );
     }
     json!({"type": "object", "additionalProperties": false, "properties": sections})
 }
 
-/// What keys an object of `kind` in a FleetConfig (and references to it): a name, or
-/// the id of an object fleet never named; quotas are keyed by owner.
-fn key_pattern(kind: Kind) -> String {
-    match kind.id_prefix() {
-        Some(prefix) => format!("^([a-z][a-z0-9-]{{0,62}}|{prefix}_[a-z2-7]{{26}})$"),
-        None => "^[a-z][a-z0-9-]{0,62}$".to_owned(),
-    }
-}
-
-fn request_schema(apply: bool) -> Value {
+fn request_schema(catalog: &Catalog, apply: bool) -> Value {
     let mut schema = json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
-        "document": fleet_config_schema(), "prune": {"type": "boolean", "default": false}}});
+        "document": fleet_config_schema(catalog), "prune": {"type": "boolean", "default": false}}});
     if apply {
         schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
     }
@@ -159,7 +157,7 @@ fn plan_schema() -> Value {
 /// around the whole guest call, so the tables it reads agree with each other.
 pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, request: &str) -> Result<String, ApiError> {
     db::begin(&db, db::Tx::Read)?;
-    let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: false };
+    let session = Session { caller, db, source: Source::Database(app.modules.clone()), methods: None };
     let (session, result) = app.sandbox.call(session, entry, request);
     db::finish(&session.db, result)
 }
@@ -172,62 +170,20 @@ fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, A
     run_planner(&app, caller, db, Entry::Plan, body)
 }
 
-/// SPEC §6.3: plan; check the hash and blocked changes; authorize every planned call
-/// with no transaction open; then, in one write transaction, let a fresh planner plan
-/// again and run the calls through the module handlers; record bindings and the
-/// applied document; commit.
+/// SPEC §6.3: in one write transaction, a fresh planner plans, checks the planHash (if
+/// given) and the blocked changes, and runs every call through `methods.invoke`, which
+/// authorizes each as the caller and runs it through the module handlers; then the
+/// bindings and the applied document are recorded, and it commits. Any error rolls all
+/// of it back. Unpinned, the plan applied is the one made inside the transaction, so
+/// identical concurrent applies converge (the later ones with no calls).
 fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
-    let Value::Object(mut request) = parse_body(body.as_bytes())? else {
-        return Err(ApiError::invalid(vec![crate::api::Problem {
-            path: String::new(),
-            message: "the request body must be a JSON object".into(),
-        }]));
-    };
-    let expected = match request.remove("planHash") {
-        None => None,
-        Some(Value::String(hash)) if fleet_guest::is_plan_hash(&hash) => Some(hash),
-        Some(_) => {
-            return Err(ApiError::invalid(vec![crate::api::Problem {
-                path: "/planHash".into(),
-                message: fleet_guest::PLAN_HASH_FORM.into(),
-            }]));
-        }
-    };
-    let plan_request = Value::Object(request.clone()).to_string();
-    let planned: Value = serde_json::from_str(&run_planner(&app, caller.clone(), db, Entry::Plan, &plan_request)?)
-        .map_err(ApiError::internal)?;
-    let plan_hash = planned["planHash"].as_str().unwrap_or_default().to_owned();
-    if let Some(expected) = &expected
-        && *expected != plan_hash
-    {
-        return Err(ApiError::new(Code::ConfigDrift, "the plan differs from the planHash given; plan again")
-            .with_details(json!({ "expected": expected, "actual": plan_hash })));
-    }
-    if planned["blocked"].as_array().is_some_and(|blocked| !blocked.is_empty()) {
-        return Err(ApiError::new(Code::InvalidState, "the plan has blocked changes; nothing was applied")
-            .with_details(json!({ "blocked": planned["blocked"] })));
-    }
-    for call in planned["calls"].as_array().into_iter().flatten() {
-        let name = call["method"].as_str().unwrap_or_default();
-        let method = app.registry.by_name(name).ok_or_else(|| {
-            ApiError::not_found(format!("the plan calls {name:?}, which this deployment does not serve"))
-        })?;
-        auth::authorize(&caller, method)?;
-    }
-
-    let db = app.db.get()?;
     db::begin(&db, db::Tx::Write)?;
-    // Pinned, the plan made inside the transaction must still be the one approved; not
-    // pinned, it is the one applied, so that identical concurrent applies all converge
-    // (the later ones with no calls). Its calls are authorized by `methods.invoke`.
-    if let Some(expected) = expected {
-        request.insert("planHash".into(), Value::String(expected));
-    }
-    let session = Session { app: app.clone(), caller, db, source: Source::Database, composite: true };
-    let (session, result) = app.sandbox.call(session, Entry::Apply, &Value::Object(request.clone()).to_string());
+    let session =
+        Session { caller, db, source: Source::Database(app.modules.clone()), methods: Some(app.registry.clone()) };
+    let (session, result) = app.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
         let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;
-        record(&app.metrics, &session.db, &session.caller, &request, &applied)?;
+        record(&app.metrics, &session.db, &session.caller, body, &applied)?;
         Ok((output, applied["applied"].as_u64().unwrap_or_default()))
     });
     let (output, calls) = db::finish(&session.db, recorded)?;
@@ -242,9 +198,11 @@ fn record(
     metrics: &crate::metrics::Metrics,
     db: &Connection,
     caller: &Caller,
-    request: &Map<String, Value>,
+    body: &str,
     applied: &Value,
 ) -> Result<(), ApiError> {
+    // The planner accepted the request, so it is a JSON object with a document.
+    let request: Map<String, Value> = serde_json::from_str(body).map_err(ApiError::internal)?;
     let plan = &applied["plan"];
     for change in plan["changes"].as_array().into_iter().flatten() {
         let (Some(kind), Some(key), Some(id)) =
@@ -252,12 +210,8 @@ fn record(
         else {
             continue;
         };
-        if change["action"] == "create" && crate::input::is_name(key) {
-            db.prepare_cached(
-                "INSERT INTO fleet_bindings (tenant, kind, name, id) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (tenant, kind, name) DO UPDATE SET id = excluded.id",
-            )?
-            .execute(params![caller.tenant, kind, key, id])?;
+        if change["action"] == "create" && is_name(key) {
+            bindings::bind(db, &caller.tenant, kind, key, id)?;
         }
     }
     crate::audit::stamp_plan_hash(db, &caller.tenant, plan["planHash"].as_str().unwrap_or_default())?;
@@ -300,9 +254,9 @@ fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String,
     let refresh = input.boolean("refresh", false).unwrap_or(false);
     input.finish()?;
     let found_now = match refresh {
-        true if app.config.read_only => Some((db::now(), crate::reconciler::drift_now(&app, &caller.tenant)?)),
+        true if app.config.read_only => Some((db::now(), crate::fleet::drift::drift_now(&app, &caller.tenant)?)),
         true => {
-            crate::reconciler::check_tenant(&app, &caller.tenant)?;
+            crate::fleet::drift::check_tenant(&app, &caller.tenant)?;
             None
         }
         false => None,
@@ -372,25 +326,7 @@ fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
 
 /// Status's `drift` for a plan found at `checked_at` and recorded nowhere (read-only).
 fn drift_of(db: &Connection, tenant: &str, checked_at: &str, plan: &Value) -> Result<Value, ApiError> {
-    let changes = crate::reconciler::drift_changes(db, tenant, plan)?;
+    let changes = crate::fleet::drift::drift_changes(db, tenant, plan)?;
     Ok(json!({ "checkedAt": checked_at, "since": checked_at, "planHash": plan["planHash"], "summary": plan["summary"],
                "changes": changes }))
-}
-
-/// The tenant's name bindings, for the planner.
-pub fn bindings(db: &Connection, tenant: &str) -> Result<Vec<Binding>, ApiError> {
-    let mut statement =
-        db.prepare_cached("SELECT kind, name, id FROM fleet_bindings WHERE tenant = ?1 ORDER BY kind, name")?;
-    let rows = statement.query_map([tenant], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
-    })?;
-    let mut bindings = Vec::new();
-    for row in rows {
-        let (kind, name, id) = row?;
-        let kind = Kind::ALL.into_iter().find(|candidate| candidate.name() == kind);
-        if let Some(kind) = kind {
-            bindings.push(Binding { kind, name, id });
-        }
-    }
-    Ok(bindings)
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::app::Config;
-use crate::auth::Grant;
+use crate::app::{App, Config};
+use crate::calls::auth::Grant;
 
 struct Fixture {
     app: Arc<App>,
@@ -19,9 +19,9 @@ fn fixture(budget: Budget) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
     let db = app.db.get().unwrap();
-    crate::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
-    crate::auth::create_tenant(&db, "other", "2026-11-30T00:00:00Z").unwrap();
-    let hostile = Sandbox::new(HOSTILE, budget, None).unwrap();
+    crate::calls::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
+    crate::calls::auth::create_tenant(&db, "other", "2026-11-30T00:00:00Z").unwrap();
+    let hostile = Sandbox::new(HOSTILE, budget, None, crate::metrics::Metrics::new()).unwrap();
     Fixture { app, hostile, _dir: dir }
 }
 
@@ -36,11 +36,10 @@ fn caller(grants: &[&str]) -> Caller {
 impl Fixture {
     fn run(&self, request: &str, caller: Caller, composite: bool) -> Result<String, ApiError> {
         let session = Session {
-            app: self.app.clone(),
             caller,
             db: self.app.db.get().unwrap(),
-            source: Source::Database,
-            composite,
+            source: Source::Database(self.app.modules.clone()),
+            methods: composite.then(|| self.app.registry.clone()),
         };
         self.hostile.call(session, Entry::Plan, request).1
     }
@@ -63,11 +62,10 @@ fn an_endless_loop_runs_out_of_cpu_and_the_host_serves_on() {
     std::thread::scope(|scope| {
         let looping = scope.spawn(|| fixture.run("loop", caller(&[]), false));
         let session = Session {
-            app: fixture.app.clone(),
             caller: caller(&[]),
             db: fixture.app.db.get().unwrap(),
-            source: Source::Database,
-            composite: false,
+            source: Source::Database(fixture.app.modules.clone()),
+            methods: None,
         };
         let (_, exported) = fixture.app.sandbox.call(session, Entry::Export, "{}");
         assert!(exported.is_ok(), "{exported:?}");
@@ -108,12 +106,12 @@ fn the_guest_sees_only_the_callers_tenant() {
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
     };
-    let ctx = Ctx { app: &fixture.app, caller: &other, db: &db, via: Via::Apply };
+    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Apply };
     let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
     create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
 
-    let seen: Value = serde_json::from_str(&fixture.run("caller", caller(&[]), false).unwrap()).unwrap();
-    assert_eq!(seen, serde_json::json!({"tenant": "acme", "principal": "mallory", "sites": 0}));
+    let seen: serde_json::Value = serde_json::from_str(&fixture.run("caller", caller(&[]), false).unwrap()).unwrap();
+    assert_eq!(seen, serde_json::json!({"tenant": "acme", "principal": "mallory", "objects": 0}));
 }
 
 #[test]
@@ -144,14 +142,14 @@ fn forged_calls_are_refused() {
 #[test]
 fn the_compiled_planner_is_cached_on_disk() {
     let cache = tempfile::tempdir().unwrap();
-    let first = Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    let first = Sandbox::new(PLANNER, Budget::default(), Some(cache.path()), crate::metrics::Metrics::new()).unwrap();
     drop(first);
     let artifacts: Vec<_> = std::fs::read_dir(cache.path()).unwrap().map(|entry| entry.unwrap().path()).collect();
     assert_eq!(artifacts.len(), 2, "{artifacts:?}");
     let artifact = artifacts.iter().find(|path| path.extension().unwrap() == "cwasm").unwrap();
 
     let started = Instant::now();
-    Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    Sandbox::new(PLANNER, Budget::default(), Some(cache.path()), crate::metrics::Metrics::new()).unwrap();
     let cached = started.elapsed();
 
     // A tampered artifact is not loaded: it is compiled again and rewritten.
@@ -159,7 +157,7 @@ fn the_compiled_planner_is_cached_on_disk() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(artifact, &bytes).unwrap();
-    Sandbox::new(PLANNER, Budget::default(), Some(cache.path())).unwrap();
+    Sandbox::new(PLANNER, Budget::default(), Some(cache.path()), crate::metrics::Metrics::new()).unwrap();
     assert_ne!(std::fs::read(artifact).unwrap(), bytes);
     eprintln!("loading the cached planner took {cached:?}");
 }

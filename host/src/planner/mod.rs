@@ -2,24 +2,23 @@
 //! and a fresh `Store` per request with a CPU budget (epoch deadline), a memory cap, and
 //! the caller it serves. Host imports only ever see that caller's tenant.
 
+pub mod state;
+
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fleet_guest::{Kind, Snapshot};
-use serde_json::Value;
 use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
 
 use crate::api::{ApiError, Code};
-use crate::app::App;
-use crate::auth::{self, Caller};
+use crate::calls::auth::Caller;
+use crate::calls::registry::Registry;
 use crate::db::Conn;
-use crate::metrics::Exhausted;
-use crate::registry::{Ctx, MethodKind, Via};
+use crate::metrics::{Exhausted, Metrics};
 
 wasmtime::component::bindgen!({
     world: "fleet-planner",
@@ -27,7 +26,7 @@ wasmtime::component::bindgen!({
     imports: { default: trappable },
 });
 
-use compute::fleet::{methods, state, types};
+use compute::fleet::types;
 
 /// The planner component built by `build.rs`.
 pub const PLANNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_planner.wasm"));
@@ -65,6 +64,7 @@ pub struct Sandbox {
     engine: Engine,
     planner: FleetPlannerPre<Guest>,
     budget: Budget,
+    metrics: Metrics,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -76,12 +76,12 @@ impl Drop for Sandbox {
 
 /// What a planner call needs from the host while it runs.
 pub struct Session {
-    pub app: Arc<App>,
     pub caller: Caller,
     pub db: Conn,
     pub source: Source,
-    /// Whether `methods.invoke` may run mutations (only inside apply's transaction).
-    pub composite: bool,
+    /// The methods `methods.invoke` may run, inside apply's transaction; none for
+    /// export and plan.
+    pub methods: Option<Arc<Registry>>,
 }
 
 /// The data of one store: the session and the memory limiter.
@@ -120,7 +120,12 @@ pub enum Entry {
 impl Sandbox {
     /// Compiles `component` (or loads the artifact this host compiled before from
     /// `cache_dir`) and pre-links it.
-    pub fn new(component: &[u8], budget: Budget, cache_dir: Option<&Path>) -> anyhow::Result<Sandbox> {
+    pub fn new(
+        component: &[u8],
+        budget: Budget,
+        cache_dir: Option<&Path>,
+        metrics: Metrics,
+    ) -> anyhow::Result<Sandbox> {
         let engine = engine(budget)?;
         let component = compile(&engine, component, cache_dir)?;
         let mut linker = Linker::new(&engine);
@@ -135,15 +140,15 @@ impl Sandbox {
                 ticker_engine.increment_epoch();
             }
         })?;
-        Ok(Sandbox { engine, planner, budget, stop_ticker })
+        Ok(Sandbox { engine, planner, budget, metrics, stop_ticker })
     }
 
     /// Runs one entry point in a fresh instance and returns the session (so the caller
     /// gets its connection back) with the result.
     pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
         let started = std::time::Instant::now();
-        let app = session.app.clone();
-        app.metrics.sandbox_instances.inc();
+        let metrics = &self.metrics;
+        metrics.sandbox_instances.inc();
         let guest = Guest { session, limits: Limits { memory_bytes: self.budget.memory_bytes, exhausted: false } };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
@@ -174,11 +179,11 @@ impl Sandbox {
             Err(trap) => {
                 let error = trap_error(&trap, exhausted, entry);
                 match (error.code, exhausted) {
-                    (_, true) => app.metrics.exhausted(Exhausted::Memory),
+                    (_, true) => metrics.exhausted(Exhausted::Memory),
                     (Code::ResourceExhausted, false) if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
-                        app.metrics.exhausted(Exhausted::Cpu);
+                        metrics.exhausted(Exhausted::Cpu);
                     }
-                    (Code::Internal, false) => app.metrics.sandbox_traps.inc(),
+                    (Code::Internal, false) => metrics.sandbox_traps.inc(),
                     _ => {}
                 }
                 Err(error)
@@ -303,12 +308,12 @@ fn from_wit_error(error: types::Error) -> ApiError {
     };
     let details = match error.details.as_str() {
         "" => None,
-        text => serde_json::from_str::<Value>(text).ok().filter(Value::is_object),
+        text => serde_json::from_str::<serde_json::Value>(text).ok().filter(serde_json::Value::is_object),
     };
     ApiError { code, message: error.message, details, cause: None }
 }
 
-fn into_wit_error(error: ApiError) -> types::Error {
+pub(crate) fn into_wit_error(error: ApiError) -> types::Error {
     use types::ErrorCode as W;
     let code = match error.code {
         Code::InvalidArgument => W::InvalidArgument,
@@ -332,198 +337,8 @@ fn into_wit_error(error: ApiError) -> types::Error {
     }
 }
 
-// ---- the module adapters -------------------------------------------------------------
-
-/// Where the state the guest reads comes from.
-pub enum Source {
-    /// The caller's tenant in the database, one table per import call.
-    Database,
-    /// A fixed snapshot (golden cases, benchmarks); each table is handed over once.
-    Snapshot(Box<Snapshot>),
-}
-
-impl Guest {
-    /// Reads one table: from the snapshot, or from the database as the caller's tenant.
-    fn read<T>(
-        &mut self,
-        from_snapshot: impl FnOnce(&mut Snapshot) -> Vec<T>,
-        from_database: impl FnOnce(&App, &rusqlite::Connection, &str) -> Result<Vec<T>, ApiError>,
-    ) -> wasmtime::Result<Vec<T>> {
-        let session = &mut self.session;
-        match &mut session.source {
-            Source::Snapshot(snapshot) => Ok(from_snapshot(snapshot)),
-            Source::Database => Ok(from_database(&session.app, &session.db, &session.caller.tenant)?),
-        }
-    }
-}
-
-fn wit_kind(kind: Kind) -> types::Kind {
-    match kind {
-        Kind::Site => types::Kind::Site,
-        Kind::ProviderAccount => types::Kind::ProviderAccount,
-        Kind::Pool => types::Kind::Pool,
-        Kind::OwnerQuota => types::Kind::OwnerQuota,
-        Kind::Offer => types::Kind::Offer,
-        Kind::Flavor => types::Kind::Flavor,
-    }
-}
-
-fn pairs(map: fleet_guest::state::StringMap) -> Vec<(String, String)> {
-    map.into_iter().collect()
-}
-
-impl types::Host for Guest {}
-
-impl state::Host for Guest {
-    fn current_caller(&mut self) -> wasmtime::Result<types::Caller> {
-        let caller = &self.session.caller;
-        Ok(types::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() })
-    }
-
-    fn modules(&mut self) -> wasmtime::Result<Vec<types::Kind>> {
-        let kinds = match &self.session.source {
-            Source::Snapshot(snapshot) => snapshot.modules.clone(),
-            Source::Database => Kind::ALL.into_iter().filter(|kind| self.session.app.runs(*kind)).collect(),
-        };
-        Ok(kinds.into_iter().map(wit_kind).collect())
-    }
-
-    fn sites(&mut self) -> wasmtime::Result<Vec<state::Site>> {
-        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.sites), crate::state::sites)?;
-        Ok(rows
-            .into_iter()
-            .map(|site| state::Site {
-                id: site.id,
-                region: site.region,
-                description: site.description,
-                labels: pairs(site.labels),
-            })
-            .collect())
-    }
-
-    fn provider_accounts(&mut self) -> wasmtime::Result<Vec<state::ProviderAccount>> {
-        let rows =
-            self.read(|snapshot| std::mem::take(&mut snapshot.provider_accounts), crate::state::provider_accounts)?;
-        Ok(rows
-            .into_iter()
-            .map(|account| state::ProviderAccount {
-                id: account.id,
-                provider: account.provider,
-                credentials_ref: account.credentials_ref,
-                settings: pairs(account.settings),
-            })
-            .collect())
-    }
-
-    fn pools(&mut self) -> wasmtime::Result<Vec<state::Pool>> {
-        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.pools), crate::state::pools)?;
-        Ok(rows
-            .into_iter()
-            .map(|pool| state::Pool {
-                id: pool.id,
-                site: pool.site,
-                account: pool.account,
-                class: pool.class,
-                owner: pool.owner,
-                vcpus: pool.vcpus,
-                memory_mib: pool.memory_mib,
-                gpus: pool.gpus,
-                labels: pairs(pool.labels),
-                archived: pool.archived,
-            })
-            .collect())
-    }
-
-    fn owner_quotas(&mut self) -> wasmtime::Result<Vec<state::OwnerQuota>> {
-        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.owner_quotas), crate::state::owner_quotas)?;
-        Ok(rows
-            .into_iter()
-            .map(|quota| state::OwnerQuota {
-                owner: quota.owner,
-                vcpus: quota.vcpus,
-                memory_mib: quota.memory_mib,
-                gpus: quota.gpus,
-                instances: quota.instances,
-            })
-            .collect())
-    }
-
-    fn offers(&mut self) -> wasmtime::Result<Vec<state::Offer>> {
-        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.offers), crate::state::offers)?;
-        Ok(rows
-            .into_iter()
-            .map(|offer| state::Offer {
-                id: offer.id,
-                pool: offer.pool,
-                to_owner: offer.to,
-                vcpus: offer.vcpus,
-                memory_mib: offer.memory_mib,
-                gpus: offer.gpus,
-            })
-            .collect())
-    }
-
-    fn flavors(&mut self) -> wasmtime::Result<Vec<state::Flavor>> {
-        let rows = self.read(|snapshot| std::mem::take(&mut snapshot.flavors), crate::state::flavors)?;
-        Ok(rows
-            .into_iter()
-            .map(|flavor| state::Flavor {
-                id: flavor.id,
-                pool: flavor.pool,
-                vcpus: flavor.vcpus,
-                memory_mib: flavor.memory_mib,
-                gpus: flavor.gpus,
-                disk_gib: flavor.disk_gib,
-                archived: flavor.archived,
-            })
-            .collect())
-    }
-
-    fn bindings(&mut self) -> wasmtime::Result<Vec<state::Binding>> {
-        let rows = self.read(
-            |snapshot| std::mem::take(&mut snapshot.bindings),
-            |_, db, tenant| crate::fleet::bindings(db, tenant),
-        )?;
-        Ok(rows
-            .into_iter()
-            .map(|binding| state::Binding { kind: wit_kind(binding.kind), name: binding.name, id: binding.id })
-            .collect())
-    }
-}
-
-/// The largest method input the guest may hand back.
-const MAX_INVOKE_INPUT: usize = 1 << 20;
-
-impl methods::Host for Guest {
-    /// Everything the guest passes is checked: the method must be a registered module
-    /// mutation of this deployment, the input a JSON object of bounded size, and the call
-    /// is authorized as the caller, like any HTTP call. The tenant is the store's.
-    fn invoke(&mut self, method: String, input: String) -> wasmtime::Result<Result<String, types::Error>> {
-        Ok(self.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
-    }
-}
-
-impl Guest {
-    fn invoke_checked(&mut self, name: &str, input: &str) -> Result<Value, ApiError> {
-        let session = &self.session;
-        if !session.composite {
-            return Err(ApiError::new(Code::Unsupported, "this host runs no composite methods"));
-        }
-        let method = session
-            .app
-            .registry
-            .by_name(name)
-            .filter(|method| method.kind == MethodKind::Mutation && method.module != "fleet")
-            .ok_or_else(|| ApiError::not_found(format!("no module method {name:?}")))?;
-        if input.len() > MAX_INVOKE_INPUT {
-            return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
-        }
-        let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
-        auth::authorize(&session.caller, method)?;
-        let ctx = Ctx { app: &session.app, caller: &session.caller, db: &session.db, via: Via::Apply };
-        method.run_in(&ctx, input)
-    }
-}
+mod imports;
+pub use imports::Source;
 
 #[cfg(test)]
 mod tests;

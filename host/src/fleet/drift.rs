@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 
 use crate::api::ApiError;
 use crate::app::App;
-use crate::auth::Caller;
+use crate::calls::auth::Caller;
 use crate::db::{self, Tx};
-use crate::events;
+use crate::fleet::events;
 use crate::fleet::run_planner;
-use crate::sandbox::Entry;
+use crate::planner::Entry;
 
 /// What one check found for one tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,9 +248,9 @@ mod tests {
 
     use super::*;
     use crate::app::Config;
-    use crate::auth::Grant;
-    use crate::registry::{Ctx, Via};
-    use crate::server::dispatch;
+    use crate::calls::auth::Grant;
+    use crate::calls::dispatch;
+    use crate::calls::registry::{Ctx, Via};
 
     #[test]
     fn only_a_change_of_answer_publishes() {
@@ -291,7 +291,7 @@ mod tests {
     impl Fixture {
         fn tenant_with_applied_document(&self, tenant: &str) {
             let db = self.app.db.get().unwrap();
-            crate::auth::create_tenant(&db, tenant, "2026-11-30T00:00:00Z").unwrap();
+            crate::calls::auth::create_tenant(&db, tenant, "2026-11-30T00:00:00Z").unwrap();
             let apply = self.app.registry.by_name("compute.fleet.apply").unwrap();
             dispatch(&self.app, caller(tenant), db, apply, json!({"document": document()}).to_string().as_bytes())
                 .unwrap();
@@ -301,10 +301,8 @@ mod tests {
             let db = self.app.db.get().unwrap();
             let caller = caller(tenant);
             let method = self.app.registry.by_name(method).unwrap();
-            db::transaction(&db, Tx::Write, |db| {
-                method.run_in(&Ctx { app: &self.app, caller: &caller, db, via: Via::Api }, input)
-            })
-            .unwrap()
+            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { caller: &caller, db, via: Via::Api }, input))
+                .unwrap()
         }
 
         fn set_gpus(&self, tenant: &str, gpus: u64) {

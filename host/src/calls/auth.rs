@@ -8,8 +8,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use crate::api::{ApiError, Code};
-use crate::input::is_name;
-use crate::registry::Method;
+use crate::calls::input::is_name;
+use crate::calls::registry::Method;
 
 /// Who is calling: one tenant, one principal, and what they may do.
 #[derive(Debug, Clone, PartialEq, Eq)]

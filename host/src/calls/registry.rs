@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, Code};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::calls::auth::Caller;
 use crate::db::Conn;
 
 /// Whether a method only reads or also changes state.
@@ -33,7 +33,6 @@ impl MethodKind {
 /// connection inside the transaction the server (or apply) opened, and how it was
 /// called (for the audit trail).
 pub struct Ctx<'a> {
-    pub app: &'a App,
     pub caller: &'a Caller,
     pub db: &'a Connection,
     pub via: Via,

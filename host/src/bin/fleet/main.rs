@@ -8,9 +8,12 @@ use anyhow::{Context, Result, bail};
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use fleet::client::{self, ApplySource, CliError, Client, Confirm};
-use fleet::{App, Config, auth, db, demo};
-use fleet_guest::Kind;
+mod client;
+
+use client::{ApplySource, CliError, Client, Confirm};
+use fleet::calls::auth;
+use fleet::{App, Config, db, demo};
+use fleet_guest::Catalog;
 use std::process::ExitCode;
 
 /// glibc's malloc grows its per-thread arenas with `mprotect`, which showed as a tenth
@@ -356,7 +359,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             Ok(())
         }
         Command::Component { output } => {
-            std::fs::write(&output, fleet::sandbox::PLANNER)
+            std::fs::write(&output, fleet::planner::PLANNER)
                 .with_context(|| format!("writing {}", output.display()))?;
             Ok(())
         }
@@ -375,12 +378,16 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-fn parse_modules(groups: &[String]) -> Result<BTreeSet<Kind>> {
+/// The kinds of the modules named by their groups.
+fn parse_modules(groups: &[String]) -> Result<BTreeSet<String>> {
+    let catalog = Catalog::built_in();
     groups
         .iter()
         .map(|group| {
-            Kind::ALL.into_iter().find(|kind| kind.group() == group.trim()).with_context(|| {
-                format!("unknown module {group:?}; the modules are sites, accounts, pools, quotas, offers, flavors")
+            let kind = catalog.by_group(group.trim()).map(|position| catalog.get(position).kind.to_owned());
+            kind.with_context(|| {
+                let groups: Vec<&str> = catalog.iter().map(|(_, kind)| kind.group).collect();
+                format!("unknown module {group:?}; the modules are {}", groups.join(", "))
             })
         })
         .collect()
@@ -424,7 +431,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
             println!(
                 "  curl -s -X POST http://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
-            if fleet::preview::is_built(&app.config.preview_dir) {
+            if fleet::http::preview::is_built(&app.config.preview_dir) {
                 println!("  plan preview: http://{address}/preview#token={token}");
             } else {
                 println!("  plan preview: build it with `npm ci && npm run build` in preview/, then open http://{address}/preview");

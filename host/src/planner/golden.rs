@@ -10,7 +10,7 @@ use fleet_guest::Snapshot;
 use serde_json::Value;
 
 use super::*;
-use crate::app::Config;
+use crate::app::{App, Config};
 
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
@@ -46,13 +46,8 @@ fn golden_plans_match_through_the_component() {
             grants: Vec::new(),
         };
         let native = fleet_guest::plan(&snapshot, &request);
-        let session = Session {
-            app: app.clone(),
-            caller,
-            db: app.db.get().unwrap(),
-            source: Source::Snapshot(Box::new(snapshot)),
-            composite: false,
-        };
+        let session =
+            Session { caller, db: app.db.get().unwrap(), source: Source::Snapshot(Box::new(snapshot)), methods: None };
         let (_, through_component) = app.sandbox.call(session, Entry::Plan, &request);
         let (actual, text) = as_body(through_component);
         if actual != expected {
@@ -78,14 +73,13 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
         let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
         let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };
         let session = Session {
-            app: app.clone(),
             caller: caller.clone(),
             db: app.db.get().unwrap(),
             source: Source::Snapshot(Box::new(Snapshot::empty(fleet_guest::Caller {
                 tenant: caller.tenant,
                 principal: caller.principal,
             }))),
-            composite: false,
+            methods: None,
         };
         let (_, result) = app.sandbox.call(session, Entry::Plan, &request);
         let error = result.unwrap_err();
@@ -100,15 +94,14 @@ fn the_planner_runs_out_of_memory_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
     let budget = Budget { cpu: Duration::from_secs(30), memory_bytes: 4 << 20 };
-    let sandbox = Sandbox::new(PLANNER, budget, app.config.cache_dir.as_deref()).unwrap();
+    let sandbox = Sandbox::new(PLANNER, budget, app.config.cache_dir.as_deref(), app.metrics.clone()).unwrap();
     let plan = |document: Value| {
         let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into() };
         let session = Session {
-            app: app.clone(),
             caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() },
             db: app.db.get().unwrap(),
             source: Source::Snapshot(Box::new(Snapshot::empty(caller))),
-            composite: false,
+            methods: None,
         };
         sandbox.call(session, Entry::Plan, &serde_json::json!({ "document": document }).to_string()).1
     };

@@ -13,7 +13,7 @@ use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue, X_CONT
 use hyper::{Response, StatusCode};
 
 use crate::api::{ApiError, Code};
-use crate::server::{Body, error_response};
+use crate::http::{Body, error_response};
 
 /// The page.
 pub const PAGE_PATH: &str = "/preview";
@@ -22,10 +22,10 @@ const ASSETS_PREFIX: &str = "/preview/assets/";
 
 /// The page's own files, compiled in so that the page always matches the server.
 const FILES: [(&str, &str, &str); 4] = [
-    ("/preview", "text/html; charset=utf-8", include_str!("../../preview/index.html")),
-    ("/preview/app.js", "text/javascript; charset=utf-8", include_str!("../../preview/app.js")),
-    ("/preview/planner.js", "text/javascript; charset=utf-8", include_str!("../../preview/planner.js")),
-    ("/preview/style.css", "text/css; charset=utf-8", include_str!("../../preview/style.css")),
+    ("/preview", "text/html; charset=utf-8", include_str!("../../../preview/index.html")),
+    ("/preview/app.js", "text/javascript; charset=utf-8", include_str!("../../../preview/app.js")),
+    ("/preview/planner.js", "text/javascript; charset=utf-8", include_str!("../../../preview/planner.js")),
+    ("/preview/style.css", "text/css; charset=utf-8", include_str!("../../../preview/style.css")),
 ];
 
 /// Scripts only from here, WebAssembly compiled from fetched bytes, calls only to this

@@ -15,12 +15,12 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, Problem};
 use crate::app::App;
-use crate::auth;
+use crate::calls::auth;
+use crate::calls::input::{Input, MAX_COUNT, Page};
+use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
 use crate::db;
-use crate::input::{Input, MAX_COUNT, Page};
+use crate::http::{Body, bearer};
 use crate::metrics::Metrics;
-use crate::registry::{Ctx, Method, MethodKind, Registry};
-use crate::server::{Body, bearer};
 
 pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";

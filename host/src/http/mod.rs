@@ -1,6 +1,9 @@
 //! The HTTP server: hyper over tokio, routing from the method registry, the error
 //! envelope, the body limit, and graceful shutdown.
 
+pub mod connection;
+pub mod preview;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -20,14 +23,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use crate::api::{ApiError, Code, Problem};
+use crate::api::{ApiError, Code};
 use crate::app::App;
-use crate::auth::{self, Caller};
-use crate::connection::{Activity, TimedIo, Tracked};
-use crate::db::{self, Conn, Tx};
-use crate::events;
-use crate::preview;
-use crate::registry::{Ctx, Method, MethodKind, Run, Via};
+use crate::calls::auth::{self};
+use crate::fleet::events;
+use crate::http::connection::{Activity, TimedIo, Tracked};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -324,10 +324,10 @@ pub fn openapi(app: &App) -> Value {
             "parameters": [
                 {"name": "after", "in": "query", "required": false,
                  "description": "resume after this sequence number",
-                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT}},
+                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::calls::input::MAX_COUNT}},
                 {"name": "Last-Event-ID", "in": "header", "required": false,
                  "description": "resume after this sequence number (sent by a reconnecting EventSource)",
-                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::input::MAX_COUNT}}],
+                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::calls::input::MAX_COUNT}}],
             "responses": {
                 "200": {"description": "an endless stream of `id`, `event` and `data` frames",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}}},
@@ -365,7 +365,7 @@ async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -
             let method =
                 app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
             auth::authorize(&caller, method)?;
-            dispatch(&app, caller, db, method, &body)
+            crate::calls::dispatch(&app, caller, db, method, &body)
         })();
         (identity, result, crate::metrics::take_sandbox_time())
     })
@@ -377,40 +377,6 @@ async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -
     }
     log.sandbox = sandbox;
     result
-}
-
-/// Runs a method as `caller` on a request body: module methods get the parsed body in a
-/// transaction of their kind; composite (planner) methods get the connection and the
-/// body as it came, which the planner parses and validates itself.
-pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body: &[u8]) -> Result<String, ApiError> {
-    if app.config.read_only && method.kind == MethodKind::Mutation {
-        return Err(ApiError::new(
-            Code::Unsupported,
-            format!("{} is not available: this deployment is read-only", method.name),
-        ));
-    }
-    match &method.run {
-        Run::InTransaction(handler) => {
-            let mode = match method.kind {
-                MethodKind::Read => Tx::Read,
-                MethodKind::Mutation => Tx::Write,
-            };
-            let input = parse_body(body)?;
-            let result =
-                db::transaction(&db, mode, |db| handler(&Ctx { app, caller: &caller, db, via: Via::Api }, input));
-            if result.is_ok() && method.kind == MethodKind::Mutation {
-                let _ = app.events.send(());
-            }
-            result.map(|output| output.to_string())
-        }
-        Run::Composite(composite) => {
-            let text = std::str::from_utf8(body).map_err(|_| {
-                ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
-            })?;
-            let text = if text.is_empty() { "{}" } else { text };
-            composite(app.clone(), caller, db, text)
-        }
-    }
 }
 
 pub fn bearer<B>(request: &Request<B>) -> Result<String, ApiError> {
@@ -455,18 +421,6 @@ async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) ->
             }
         }
     }
-}
-
-/// An empty body (no bytes at all) means `{}`. Read strictly (SPEC §2): a duplicate key or a control
-/// character is `INVALID_ARGUMENT`.
-pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    if body.is_empty() {
-        return Ok(Value::Object(Default::default()));
-    }
-    let text = std::str::from_utf8(body).map_err(|_| {
-        ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
-    })?;
-    fleet_guest::json::parse(text).map_err(ApiError::invalid)
 }
 
 pub fn json(status: StatusCode, value: &Value) -> Response<Body> {

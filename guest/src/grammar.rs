@@ -1,0 +1,81 @@
+//! The grammar of names and ids (SPEC §2, §4), as checks and as the ECMA-262 patterns
+//! that schemas print: one statement that the planner, the host's request reader and
+//! its OpenAPI document all use. JSON pointers are in [`crate::json::pointer`].
+
+/// Names of objects, owners, providers, classes, tenants and API groups.
+pub const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
+
+/// Strings hold no control characters (SPEC §2).
+pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+
+/// Whether `text` matches [`NAME_PATTERN`].
+pub fn is_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    match bytes.split_first() {
+        Some((first, rest)) => {
+            first.is_ascii_lowercase()
+                && rest.len() <= 62
+                && rest.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-')
+        }
+        None => false,
+    }
+}
+
+/// Whether `text` is an id of the kind with this prefix: `<prefix>_` + 26 characters
+/// of lowercase base32.
+pub fn is_id(text: &str, prefix: &str) -> bool {
+    text.strip_prefix(prefix).and_then(|rest| rest.strip_prefix('_')).is_some_and(is_id_body)
+}
+
+/// The part of an id after `<prefix>_`: 26 characters of lowercase base32.
+pub fn is_id_body(body: &str) -> bool {
+    body.len() == 26 && body.bytes().all(|byte| byte.is_ascii_lowercase() || (b'2'..=b'7').contains(&byte))
+}
+
+/// The pattern of the ids with this prefix.
+pub fn id_pattern(prefix: &str) -> String {
+    format!("^{prefix}_[a-z2-7]{{26}}$")
+}
+
+/// The pattern of a document key (and of a reference to the kind): a name, or an id
+/// with this prefix; a name only for kinds without ids.
+pub fn key_pattern(prefix: Option<&str>) -> String {
+    match prefix {
+        Some(prefix) => format!("^([a-z][a-z0-9-]{{0,62}}|{prefix}_[a-z2-7]{{26}})$"),
+        None => NAME_PATTERN.to_owned(),
+    }
+}
+
+/// A fresh id from 16 random bytes: `<prefix>_` + their lowercase unpadded base32.
+pub fn id_from(prefix: &str, bytes: &[u8; 16]) -> String {
+    format!("{prefix}_{}", data_encoding::BASE32_NOPAD.encode(bytes).to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_pattern() {
+        assert!(is_name("a"));
+        assert!(is_name("gpu-a1"));
+        assert!(is_name(&"a".repeat(63)));
+        assert!(!is_name(&"a".repeat(64)));
+        assert!(!is_name(""));
+        assert!(!is_name("1a"));
+        assert!(!is_name("A"));
+        assert!(!is_name("a_b"));
+    }
+
+    #[test]
+    fn ids_have_a_prefix_and_26_base32_characters() {
+        let id = id_from("pool", &[7; 16]);
+        assert!(is_id(&id, "pool"), "{id}");
+        assert!(!is_id(&id, "site"));
+        assert!(!is_id("pool_ABCDEFGHIJKLMNOPQRSTUVWXYZ", "pool"));
+        assert!(!is_id("pool_abc", "pool"));
+        assert!(!is_id("pool_abcdefghijklmnopqrstuvwxy1", "pool"));
+        assert!(!is_id("poolabcdefghijklmnopqrstuvwxyz", "pool"));
+        assert!(is_id("flv_234567abcdefghijklmnopqrst", "flv"));
+    }
+}

@@ -1,0 +1,72 @@
+//! The component's imports, as this host answers them: the caller's tenant in the state
+//! encoding, and module methods run as the caller inside apply's transaction. Host
+//! imports only ever see the store's caller.
+
+use std::sync::Arc;
+
+use fleet_guest::Snapshot;
+use serde_json::Value;
+
+use super::compute::fleet::{methods, state, types};
+use super::{Guest, into_wit_error};
+use crate::api::{ApiError, Code};
+use crate::calls::auth;
+use crate::calls::registry::{Ctx, MethodKind, Via};
+use crate::modules::Modules;
+
+/// Where the state the guest reads comes from.
+pub enum Source {
+    /// The caller's tenant in the database: the kinds whose modules this deployment runs.
+    Database(Arc<Modules>),
+    /// A fixed snapshot (golden cases, benchmarks), encoded with the built-in kinds.
+    Snapshot(Box<Snapshot>),
+}
+
+impl types::Host for Guest {}
+
+impl state::Host for Guest {
+    fn current_caller(&mut self) -> wasmtime::Result<types::Caller> {
+        let caller = &self.session.caller;
+        Ok(types::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() })
+    }
+
+    fn snapshot(&mut self) -> wasmtime::Result<Vec<u8>> {
+        let session = &self.session;
+        Ok(match &session.source {
+            Source::Snapshot(snapshot) => snapshot.encode(&fleet_guest::Catalog::built_in()),
+            Source::Database(modules) => super::state::encode(modules, &session.db, &session.caller.tenant)?,
+        })
+    }
+}
+
+/// The largest method input the guest may hand back.
+const MAX_INVOKE_INPUT: usize = 1 << 20;
+
+impl methods::Host for Guest {
+    /// Everything the guest passes is checked: the method must be a registered module
+    /// mutation of this deployment, the input a JSON object of bounded size, and the call
+    /// is authorized as the caller, like any HTTP call. The tenant is the store's.
+    fn invoke(&mut self, method: String, input: String) -> wasmtime::Result<Result<String, types::Error>> {
+        Ok(self.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
+    }
+}
+
+impl Guest {
+    fn invoke_checked(&mut self, name: &str, input: &str) -> Result<Value, ApiError> {
+        let session = &self.session;
+        let Some(registry) = &session.methods else {
+            return Err(ApiError::new(Code::Unsupported, "this host runs no composite methods"));
+        };
+        let method = registry
+            .by_name(name)
+            .filter(|method| method.kind == MethodKind::Mutation && method.module != "fleet")
+            .ok_or_else(|| ApiError::not_found(format!("no module method {name:?}")))?;
+        if input.len() > MAX_INVOKE_INPUT {
+            return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
+        }
+        let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
+        auth::authorize(&session.caller, method)?;
+        let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply };
+        method.run_in(&ctx, input)
+    }
+}
