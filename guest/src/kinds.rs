@@ -337,10 +337,7 @@ impl Catalog {
                     (other.id_prefix().is_some() && other.id_prefix() == descriptor.id_prefix(), "idPrefix"),
                 ];
                 if let Some((_, what)) = clash.iter().find(|(clash, _)| *clash) {
-                    return Err(format!(
-                        "the {what} of kind {} is already taken by kind {}",
-                        descriptor.kind, other.kind
-                    ));
+                    return Err(format!("kind {} has the same {what} as kind {}", descriptor.kind, other.kind));
                 }
             }
             let mut fields = Vec::with_capacity(descriptor.fields.len());
@@ -452,6 +449,6 @@ mod tests {
         let backwards = Catalog::new(vec![&POOL, &SITE, &PROVIDER_ACCOUNT]).unwrap_err();
         assert!(backwards.contains("references site"), "{backwards}");
         let twice = Catalog::new(vec![&SITE, &SITE]).unwrap_err();
-        assert!(twice.contains("kind of kind site"), "{twice}");
+        assert!(twice.contains("kind site has the same kind as kind site"), "{twice}");
     }
 }

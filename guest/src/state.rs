@@ -571,25 +571,18 @@ impl<'a> Reader<'a> {
     fn object(&mut self, kind: &Descriptor, columns: &[Column]) -> Result<Object, Error> {
         let mut key = None;
         let mut archived = false;
-        let mut values: Vec<Option<Value>> = vec![None; kind.fields.len()];
+        let mut values: Vec<Value> = kind.fields.iter().map(|field| Value::default_of(field.ty)).collect();
         for _ in 0..self.u32()? {
             let column = self.u32()? as usize;
             let column = *columns.get(column).ok_or_else(|| malformed("a value of no column"))?;
             match (column, self.value()?) {
                 (Column::Key, Value::Text(text)) => key = Some(text),
                 (Column::Archived, Value::Bool(flag)) => archived = flag,
-                (Column::Field(position), value) if value.fits(kind.fields[position].ty) => {
-                    values[position] = Some(value);
-                }
+                (Column::Field(position), value) if value.fits(kind.fields[position].ty) => values[position] = value,
                 _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),
             }
         }
         let key = key.ok_or_else(|| malformed(format_args!("{} has no {}", kind.a(), kind.identity_name())))?;
-        let values = values
-            .into_iter()
-            .zip(kind.fields)
-            .map(|(value, field)| value.unwrap_or_else(|| Value::default_of(field.ty)))
-            .collect();
         Ok(Object { key, values, archived })
     }
 }
