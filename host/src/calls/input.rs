@@ -158,13 +158,8 @@ impl Page {
     }
 }
 
-/// `^[a-z][a-z0-9-]{0,62}$`: names, owners, providers and classes.
-pub fn is_name(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && bytes[0].is_ascii_lowercase()
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-}
+/// Names, owners, providers, classes and tenants: one grammar with the planner.
+pub use fleet_guest::grammar::is_name;
 
 /// The JSON pointer of a top-level field.
 pub fn pointer(field: &str) -> String {
@@ -176,17 +171,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn names_follow_the_pattern() {
-        assert!(is_name("gpu-a"));
-        assert!(is_name(&"a".repeat(63)));
-        assert!(!is_name(&"a".repeat(64)));
-        assert!(!is_name("Gpu"));
-        assert!(!is_name("1gpu"));
-        assert!(!is_name(""));
-        assert!(!is_name("pool_abc"));
-    }
 
     fn paths(error: &ApiError) -> Vec<String> {
         let problems = error.details.as_ref().and_then(|details| details["problems"].as_array()).expect("problems");
