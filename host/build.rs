@@ -1,6 +1,8 @@
 //! Builds the planner component: `guest/` for `wasm32-unknown-unknown`, encoded with
 //! wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds. The hostile
 //! test guest (`test-programs/hostile`) is built the same way, for the sandbox tests.
+//! And the edge component (`edge/`, SPEC §11) for `wasm32-wasip2`, which is a component
+//! as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -9,18 +11,22 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 const TARGET: &str = "wasm32-unknown-unknown";
+const EDGE_TARGET: &str = "wasm32-wasip2";
 
 fn main() -> Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    for watched in ["guest/src", "guest/build.rs", "guest/Cargo.toml", "test-programs/hostile", "wit", "Cargo.lock"] {
+    let watched =
+        ["guest/src", "guest/build.rs", "guest/Cargo.toml", "test-programs/hostile", "edge", "wit", "Cargo.lock"];
+    for watched in watched {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
 
-    ensure_wasm_target()?;
-    let modules = build_guests(&workspace, &out_dir)?;
+    ensure_target(TARGET)?;
+    ensure_target(EDGE_TARGET)?;
+    let modules = build_guests(&workspace, &out_dir, TARGET, &["fleet-guest", "fleet-hostile-guest"])?;
     for (crate_name, component_name) in [("fleet_guest", "fleet_planner"), ("fleet_hostile_guest", "fleet_hostile")] {
         let module = modules.join(format!("{crate_name}.wasm"));
         let component = wit_component::ComponentEncoder::default()
@@ -30,40 +36,49 @@ fn main() -> Result<()> {
             .with_context(|| format!("encoding {component_name}"))?;
         std::fs::write(out_dir.join(format!("{component_name}.wasm")), component)?;
     }
+    let edge = build_guests(&workspace, &out_dir, EDGE_TARGET, &["fleet-edge"])?.join("fleet_edge.wasm");
+    let edge_out = out_dir.join("fleet-edge.wasm");
+    std::fs::copy(&edge, &edge_out).with_context(|| format!("copying {}", edge.display()))?;
+    println!("cargo:rustc-env=FLEET_EDGE_WASM={}", edge_out.display());
+    // `$OUT_DIR` is `target/<profile>/build/fleet-<hash>/out`.
+    if let Some(profile_dir) = out_dir.ancestors().nth(3) {
+        std::fs::copy(&edge, profile_dir.join("fleet-edge.wasm"))?;
+    }
     Ok(())
 }
 
-/// Adds the wasm target when the toolchain lacks it: fresh machines do, and with
+/// Adds a wasm target when the toolchain lacks it: fresh machines do, and with
 /// `RUSTUP_AUTO_INSTALL=0` the `targets` of `rust-toolchain.toml` are not installed alone.
-fn ensure_wasm_target() -> Result<()> {
+fn ensure_target(target: &str) -> Result<()> {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output()?;
     let sysroot = PathBuf::from(String::from_utf8(sysroot.stdout)?.trim());
-    if sysroot.join("lib/rustlib").join(TARGET).exists() {
+    if sysroot.join("lib/rustlib").join(target).exists() {
         return Ok(());
     }
-    println!("cargo:warning=adding the {TARGET} target with rustup");
+    println!("cargo:warning=adding the {target} target with rustup");
     let mut rustup = Command::new("rustup");
-    rustup.args(["target", "add", TARGET]);
+    rustup.args(["target", "add", target]);
     if let Ok(toolchain) = env::var("RUSTUP_TOOLCHAIN") {
         rustup.args(["--toolchain", &toolchain]);
     }
     let status = rustup.status().context("running rustup to add the wasm target")?;
     if !status.success() {
-        bail!("`rustup target add {TARGET}` failed; install the target and build again");
+        bail!("`rustup target add {target}` failed; install the target and build again");
     }
     Ok(())
 }
 
-/// Runs a nested cargo for the guests and returns the directory of their modules. It
+/// Runs a nested cargo for `packages` and returns the directory of their modules. It
 /// needs its own target dir (the outer build holds the lock of ours) and none of the
 /// outer build's flags or wrappers.
-fn build_guests(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
+fn build_guests(workspace: &Path, out_dir: &Path, target: &str, packages: &[&str]) -> Result<PathBuf> {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = out_dir.join("guest-target");
     let status = Command::new(cargo)
         .current_dir(workspace)
-        .args(["build", "--release", "--locked", "-p", "fleet-guest", "-p", "fleet-hostile-guest", "--target", TARGET])
+        .args(["build", "--release", "--locked", "--target", target])
+        .args(packages.iter().flat_map(|package| ["-p", package]))
         .arg("--target-dir")
         .arg(&target_dir)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -78,9 +93,9 @@ fn build_guests(workspace: &Path, out_dir: &Path) -> Result<PathBuf> {
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "true")
         .status()
-        .context("running cargo for the guest")?;
+        .context("running cargo for the guests")?;
     if !status.success() {
-        bail!("building the guest for {TARGET} failed");
+        bail!("building {packages:?} for {target} failed");
     }
-    Ok(target_dir.join(TARGET).join("release"))
+    Ok(target_dir.join(target).join("release"))
 }

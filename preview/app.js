@@ -42,10 +42,13 @@ class ApiFailure extends Error {
 }
 
 /** POSTs to `compute.<method>` (e.g. `fleet/export`) with the bearer token. */
-async function api(method, body) {
+/** The state a planner reads, which export answers with for this `Accept` (SPEC §11). */
+const STATE_MEDIA_TYPE = 'application/vnd.fleet.state+json';
+
+async function api(method, body, accept = 'application/json') {
   const response = await fetch(API + method, {
     method: 'POST',
-    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': 'application/json' },
+    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': 'application/json', Accept: accept },
     body: typeof body === 'string' ? body : JSON.stringify(body ?? {}),
   });
   const text = await response.text();
@@ -89,7 +92,7 @@ async function importComponent() {
 async function loadTenant() {
   const [component, snapshot, exported] = await Promise.all([
     importComponent(),
-    api('preview/snapshot', {}),
+    api('fleet/export', {}, STATE_MEDIA_TYPE),
     api('fleet/export', {}),
   ]);
   session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);

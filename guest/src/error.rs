@@ -55,6 +55,25 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
         }
     }
+
+    /// The HTTP status of the code (SPEC §2).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::PermissionDenied => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::AlreadyExists
+            | ErrorCode::FailedPrecondition
+            | ErrorCode::InvalidState
+            | ErrorCode::ConfigDrift => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::ResourceExhausted => 429,
+            ErrorCode::Unsupported => 501,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
 }
 
 /// One problem of an invalid request: the JSON pointer of the offending value and a
@@ -81,6 +100,23 @@ impl Error {
     pub fn with_details(mut self, details: Value) -> Error {
         self.details = Some(details);
         self
+    }
+}
+
+/// The error body of SPEC §2, `{"error": {"code", "message", "details"?}}`: what every
+/// host of the API answers, byte for byte.
+pub fn envelope(code: ErrorCode, message: &str, details: Option<&Value>) -> Value {
+    let mut error = serde_json::json!({ "code": code.as_str(), "message": message });
+    if let Some(details) = details {
+        error["details"] = details.clone();
+    }
+    serde_json::json!({ "error": error })
+}
+
+impl Error {
+    /// The error body of SPEC §2.
+    pub fn envelope(&self) -> Value {
+        envelope(self.code, &self.message, self.details.as_ref())
     }
 }
 

@@ -20,16 +20,22 @@ mod plan;
 pub mod state;
 mod text;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
 mod component;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[expect(unsafe_code, reason = "an allocator hands out raw memory")]
 mod alloc;
 
-#[cfg_attr(target_arch = "wasm32", expect(unsafe_code, reason = "C's memcmp reads raw memory"))]
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code, reason = "only the component links it; tests check it"))]
+#[cfg_attr(
+    all(target_arch = "wasm32", feature = "component"),
+    expect(unsafe_code, reason = "C's memcmp reads raw memory")
+)]
+#[cfg_attr(
+    not(all(target_arch = "wasm32", feature = "component")),
+    allow(dead_code, reason = "only the component links it; tests check it")
+)]
 mod memcmp;
 
 pub use error::{Error, ErrorCode, Problem};

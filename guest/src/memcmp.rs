@@ -31,7 +31,7 @@ fn compare(left: &[u8], right: &[u8]) -> i32 {
 ///
 /// # Safety
 /// Both pointers must be valid for reads of `len` bytes.
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
     // SAFETY: the caller vouches for `len` readable bytes at each pointer.
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn memcmp(left: *const u8, right: *const u8, len: usize) -
 ///
 /// # Safety
 /// Both pointers must be valid for reads of `len` bytes.
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
     // SAFETY: as the caller promised.

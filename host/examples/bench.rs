@@ -3,7 +3,8 @@
 //! Everything is measured in one run on one machine: the planner natively and as a
 //! component on the same state snapshot, a bare instantiate-and-call, plans and a small
 //! plan's throughput over HTTP against the real server in this process, a bare hyper
-//! handler as the throughput ceiling, a large apply, and the peak resident memory.
+//! handler as the throughput ceiling, a large apply, the same plans through the edge
+//! component (served in process by wasmtime-wasi-http), and the peak resident memory.
 //! Times are medians (p50) over repeated runs.
 
 use std::convert::Infallible;
@@ -20,6 +21,9 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+#[path = "../../tests/e2e/edge_host.rs"]
+mod edge_host;
 
 /// glibc's malloc grows its per-thread arenas with `mprotect`, which showed as a tenth
 /// of a large apply's time in the profile; mimalloc does not.
@@ -324,6 +328,37 @@ async fn run(args: Args) -> Result<()> {
     let http_plan = median(samples);
 
     let (small_plan, small_rps) = small_plan(&base, &small_token, &args).await?;
+
+    // The same two plans through the edge component (SPEC §11), served in this process
+    // by wasmtime-wasi-http in front of this server.
+    let origin = base.clone();
+    let edge = tokio::task::spawn_blocking(move || {
+        edge_host::EdgeServer::start(std::path::Path::new(edge_host::EDGE_WASM), &origin)
+    })
+    .await??;
+    let edge_plan = |token: String, body: String, runs: usize| {
+        let (http, url) = (http.clone(), format!("{}/api/compute/fleet/plan", edge.base));
+        async move {
+            let mut samples = Vec::new();
+            for _ in 0..runs {
+                let started = Instant::now();
+                let response = http.post(&url).bearer_auth(&token).body(body.clone()).send().await?;
+                let status = response.status();
+                let text = response.text().await?;
+                if !status.is_success() {
+                    bail!("the edge's plan failed: {text}");
+                }
+                samples.push(started.elapsed());
+            }
+            Ok::<Duration, anyhow::Error>(median(samples))
+        }
+    };
+    let edge_large = edge_plan(token.clone(), json!({"document": changed}).to_string(), args.runs).await?;
+    let mut small_changed = fleet::demo::document();
+    small_changed["pools"]["gpu-a"]["gpus"] = json!(72);
+    let edge_small = edge_plan(small_token.clone(), json!({"document": small_changed}).to_string(), 50).await?;
+    tokio::task::spawn_blocking(move || drop(edge)).await?;
+
     let hello_rps = throughput(hello_server().await?, None, String::new(), args.connections, args.seconds).await?;
 
     let _ = stop.send(());
@@ -339,6 +374,8 @@ async fn run(args: Args) -> Result<()> {
         "http_small_plan_rps": small_rps,
         "http_hello_rps": hello_rps,
         "small_over_hello": small_rps / hello_rps,
+        "edge_plan_ms_p50": ms(edge_large),
+        "edge_small_plan_ms_p50": ms(edge_small),
         "apply_ms": ms(apply),
         "rss_mib": peak_rss_mib(),
         "cores": std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
@@ -363,6 +400,8 @@ async fn run(args: Args) -> Result<()> {
     row("small plans over HTTP", format!("{small_rps:.0} rps"), "");
     row("bare hyper handler", format!("{hello_rps:.0} rps"), "");
     row("small / bare", format!("{:.0}%", 100.0 * small_rps / hello_rps), "target >= 20%");
+    row("plan at the edge (p50)", format!("{:.1} ms", ms(edge_large)), "the origin's: plan over HTTP");
+    row("small plan at the edge (p50)", format!("{:.2} ms", ms(edge_small)), "the origin's: small plan");
     row("peak RSS", format!("{:.0} MiB", report["rss_mib"].as_f64().unwrap_or_default()), "");
     Ok(())
 }

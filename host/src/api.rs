@@ -9,18 +9,7 @@ pub use fleet_guest::ErrorCode as Code;
 
 /// The HTTP status of an error code (SPEC §2).
 pub fn status(code: Code) -> StatusCode {
-    match code {
-        Code::InvalidArgument => StatusCode::BAD_REQUEST,
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::PermissionDenied => StatusCode::FORBIDDEN,
-        Code::NotFound => StatusCode::NOT_FOUND,
-        Code::AlreadyExists | Code::FailedPrecondition | Code::InvalidState | Code::ConfigDrift => StatusCode::CONFLICT,
-        Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// An error as the client sees it, and for an internal error its cause, which is
@@ -74,11 +63,7 @@ impl ApiError {
 
     /// The response body `{"error": {...}}`.
     pub fn body(&self) -> Value {
-        let mut error = json!({ "code": self.code.as_str(), "message": self.message });
-        if let Some(details) = &self.details {
-            error["details"] = details.clone();
-        }
-        json!({ "error": error })
+        fleet_guest::error::envelope(self.code, &self.message, self.details.as_ref())
     }
 }
 

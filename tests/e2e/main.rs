@@ -4,6 +4,8 @@
 #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
 
 mod cli;
+mod edge;
+mod edge_host;
 mod fleet;
 mod foundation;
 mod hardening;

@@ -80,13 +80,26 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
     );
 }
 
+/// What a client sends as `Accept` on export or plan to get, instead, the state that
+/// method would plan from: the edge's read (SPEC §11), authorized as that method.
+pub const STATE_MEDIA_TYPE: &str = "application/vnd.fleet.state+json";
+
+/// Whether `method` answers its state for [`STATE_MEDIA_TYPE`].
+pub fn answers_state(method: &str) -> bool {
+    matches!(method, "compute.fleet.export" | "compute.fleet.plan")
+}
+
 /// The state a planner reads, in one answer: the caller, the modules run, every table
-/// and the name bindings. A browser (or any other host of the component) supplies the
-/// WIT module adapters from it and plans with no further round trip.
+/// and the name bindings, in the JSON form of `fleet_guest::state`. Another host of the
+/// planner (the browser preview, the edge) plans from it with no further round trip.
+pub fn state(app: &App, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
+    let snapshot = db::transaction(db, db::Tx::Read, |db| crate::planner::state::snapshot(&app.modules, db, caller))?;
+    Ok(snapshot.to_json(&app.modules.catalog).to_string())
+}
+
 fn snapshot(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
     Input::new(parse_body(body.as_bytes())?)?.finish()?;
-    let snapshot = db::transaction(&db, db::Tx::Read, |db| crate::planner::state::snapshot(&app.modules, db, &caller))?;
-    Ok(snapshot.to_json(&app.modules.catalog).to_string())
+    state(&app, &caller, &db)
 }
 
 /// The FleetConfig document of SPEC §5, from the kinds' descriptors: references are

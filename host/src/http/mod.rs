@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{ACCEPT, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method as HttpMethod, Request, Response, StatusCode};
@@ -25,8 +25,8 @@ use tracing::Instrument;
 
 use crate::api::{ApiError, Code};
 use crate::app::App;
-use crate::calls::auth::{self};
-use crate::fleet::events;
+use crate::calls::auth;
+use crate::fleet::{self, events};
 use crate::http::connection::{Activity, TimedIo, Tracked};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -354,6 +354,7 @@ fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
 async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -> Result<String, ApiError> {
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
+    let wants_state = request.headers().get(ACCEPT).is_some_and(|accept| accept == fleet::STATE_MEDIA_TYPE);
     let limits = app.config.limits;
     let body = read_body(request, app.config.body_limit, limits.body_timeout).await?;
     let (identity, result, sandbox) = tokio::task::spawn_blocking(move || {
@@ -365,6 +366,9 @@ async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -
             let method =
                 app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
             auth::authorize(&caller, method)?;
+            if wants_state && fleet::answers_state(&method.name) {
+                return fleet::state(&app, &caller, &db);
+            }
             crate::calls::dispatch(&app, caller, db, method, &body)
         })();
         (identity, result, crate::metrics::take_sandbox_time())

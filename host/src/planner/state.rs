@@ -1,6 +1,7 @@
 //! The tenant's state as the planner reads it, from the module tables through the one
 //! storage layer: the state encoding the WIT `snapshot` import hands the guest, and the
-//! JSON form `compute.preview.snapshot` gives other planner hosts. A kind whose module
+//! JSON form other planner hosts read (export and plan with
+//! `Accept: application/vnd.fleet.state+json`, and `compute.preview.snapshot`). A kind whose module
 //! this deployment does not run has no table; its bindings are still given.
 
 use fleet_guest::Snapshot;

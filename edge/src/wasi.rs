@@ -1,0 +1,187 @@
+//! The wasi:http glue: the incoming handler reads the request, [`crate::serve`] answers,
+//! and the origin is reached through `wasi:http/outgoing-handler` with bounded waits.
+//! Nothing here panics: every failure is an answer (jco ends its process when a
+//! handler answers with an error instead of a response).
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{
+    Fields, IncomingBody, IncomingRequest, Method, OutgoingBody, OutgoingRequest, OutgoingResponse, RequestOptions,
+    ResponseOutparam, Scheme,
+};
+use wasip2::io::streams::StreamError;
+
+use crate::{Answer, BODY_LIMIT, Origin, Reply, STATE_LIMIT, STATE_MEDIA_TYPE};
+
+struct Edge;
+
+wasip2::http::proxy::export!(Edge);
+
+impl wasip2::exports::http::incoming_handler::Guest for Edge {
+    fn handle(request: IncomingRequest, response: ResponseOutparam) {
+        let method = match request.method() {
+            Method::Get => "GET".to_owned(),
+            Method::Post => "POST".to_owned(),
+            Method::Head => "HEAD".to_owned(),
+            Method::Put => "PUT".to_owned(),
+            Method::Delete => "DELETE".to_owned(),
+            Method::Patch => "PATCH".to_owned(),
+            Method::Options => "OPTIONS".to_owned(),
+            Method::Connect => "CONNECT".to_owned(),
+            Method::Trace => "TRACE".to_owned(),
+            Method::Other(other) => other,
+        };
+        let target = request.path_with_query().unwrap_or_default();
+        let path = target.split('?').next().unwrap_or_default().to_owned();
+        let authorization = {
+            let headers = request.headers();
+            let values = headers.get("authorization");
+            values.into_iter().next().and_then(|value| String::from_utf8(value).ok())
+        };
+        let body = match request.consume() {
+            Ok(body) => read_all(body, BODY_LIMIT, None).ok().flatten(),
+            Err(()) => Some(Vec::new()),
+        };
+        drop(request);
+        let origin = OverHttp { base: std::env::var("FLEET_ORIGIN").ok() };
+        let answer = crate::serve(&method, &path, authorization.as_deref(), body.as_deref(), &origin);
+        respond(response, &answer);
+    }
+}
+
+/// How long the whole state read may take, whatever the origin does.
+const STATE_DEADLINE: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The origin at `FLEET_ORIGIN` (`http://host:port`, or `https://`).
+struct OverHttp {
+    base: Option<String>,
+}
+
+impl Origin for OverHttp {
+    fn state(&self, path: &str, authorization: &str) -> Result<Reply, String> {
+        let started = Instant::now();
+        let base = self.base.as_deref().ok_or("FLEET_ORIGIN is not set")?;
+        let (scheme, rest) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
+            (Some(rest), _) => (Scheme::Http, rest),
+            (_, Some(rest)) => (Scheme::Https, rest),
+            _ => return Err(format!("FLEET_ORIGIN {base:?} is not an http:// or https:// URL")),
+        };
+        let (authority, prefix) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], rest[slash..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let body = b"{}";
+        let headers = Fields::from_list(&[
+            ("authorization".to_owned(), authorization.as_bytes().to_vec()),
+            ("content-type".to_owned(), b"application/json".to_vec()),
+            ("accept".to_owned(), STATE_MEDIA_TYPE.as_bytes().to_vec()),
+            ("content-length".to_owned(), body.len().to_string().into_bytes()),
+        ])
+        .map_err(|error| format!("the request cannot carry these headers: {error:?}"))?;
+        let request = OutgoingRequest::new(headers);
+        let path = format!("{prefix}{path}");
+        let set = request.set_method(&Method::Post).is_ok()
+            && request.set_scheme(Some(&scheme)).is_ok()
+            && request.set_authority(Some(authority)).is_ok()
+            && request.set_path_with_query(Some(&path)).is_ok();
+        if !set {
+            return Err(format!("FLEET_ORIGIN {base:?} does not make a request"));
+        }
+        let outgoing = request.body().map_err(|()| "the request body was taken")?;
+        let options = RequestOptions::new();
+        let nanos = |duration: Duration| Some(duration.as_nanos() as u64);
+        // A host may not support a timeout; the overall deadline below still holds.
+        let _ = options.set_connect_timeout(nanos(CONNECT_TIMEOUT));
+        let _ = options.set_first_byte_timeout(nanos(BYTE_TIMEOUT));
+        let _ = options.set_between_bytes_timeout(nanos(BYTE_TIMEOUT));
+        let future = outgoing_handler::handle(request, Some(options)).map_err(|error| format!("{error:?}"))?;
+        {
+            let mut stream = outgoing.write().map_err(|()| "the request stream was taken")?;
+            stream.write_all(body).map_err(|error| error.to_string())?;
+            stream.flush().map_err(|error| error.to_string())?;
+        }
+        OutgoingBody::finish(outgoing, None).map_err(|error| format!("{error:?}"))?;
+        let response = loop {
+            match future.get() {
+                Some(Ok(Ok(response))) => break response,
+                Some(Ok(Err(error))) => return Err(format!("{error:?}")),
+                Some(Err(())) => return Err("the response was taken".into()),
+                None => {
+                    let left = STATE_DEADLINE.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(format!("no answer within {}s", STATE_DEADLINE.as_secs()));
+                    }
+                    let ready = future.subscribe();
+                    let timer = wasip2::clocks::monotonic_clock::subscribe_duration(left.as_nanos() as u64);
+                    wasip2::io::poll::poll(&[&ready, &timer]);
+                }
+            }
+        };
+        drop(future);
+        let status = response.status();
+        let content_type = {
+            let headers = response.headers();
+            let values = headers.get("content-type");
+            values.into_iter().next().and_then(|value| String::from_utf8(value).ok())
+        };
+        let body = response.consume().map_err(|()| "the response body was taken")?;
+        let body = read_all(body, STATE_LIMIT, Some(started + STATE_DEADLINE))?
+            .ok_or_else(|| format!("the answer is larger than {} MiB", STATE_LIMIT >> 20))?;
+        Ok(Reply { status, content_type: content_type.unwrap_or_else(|| "application/json".into()), body })
+    }
+}
+
+/// Reads a body whole: `None` when it is larger than `limit`; an error when it breaks
+/// off or outlasts `deadline`.
+fn read_all(body: IncomingBody, limit: usize, deadline: Option<Instant>) -> Result<Option<Vec<u8>>, String> {
+    let mut bytes = Vec::new();
+    {
+        let mut stream = body.stream().map_err(|()| "the body stream was taken")?;
+        loop {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err("the answer did not arrive in time".into());
+            }
+            let chunk = match stream.blocking_read(64 << 10) {
+                Ok(chunk) => chunk,
+                Err(StreamError::Closed) => break,
+                Err(StreamError::LastOperationFailed(error)) => return Err(error.to_debug_string()),
+            };
+            if bytes.len() + chunk.len() > limit {
+                return Ok(None);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    let _trailers = IncomingBody::finish(body);
+    Ok(Some(bytes))
+}
+
+fn respond(out: ResponseOutparam, answer: &Answer) {
+    let mut headers = vec![
+        ("content-type".to_owned(), answer.content_type.as_bytes().to_vec()),
+        ("content-length".to_owned(), answer.body.len().to_string().into_bytes()),
+    ];
+    if let Some(allow) = answer.allow {
+        headers.push(("allow".to_owned(), allow.as_bytes().to_vec()));
+    }
+    if answer.retry_later() {
+        headers.push(("retry-after".to_owned(), b"1".to_vec()));
+    }
+    let headers = Fields::from_list(&headers).unwrap_or_else(|_| Fields::new());
+    let response = OutgoingResponse::new(headers);
+    let _ = response.set_status_code(answer.status);
+    let Ok(body) = response.body() else {
+        ResponseOutparam::set(out, Ok(response));
+        return;
+    };
+    ResponseOutparam::set(out, Ok(response));
+    if let Ok(mut stream) = body.write() {
+        let _ = stream.write_all(&answer.body);
+        let _ = stream.flush();
+    }
+    let _ = OutgoingBody::finish(body, None);
+}
