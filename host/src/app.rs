@@ -9,12 +9,16 @@ use std::time::Duration;
 use fleet_guest::Catalog;
 use tokio::sync::broadcast;
 
+use crate::calls::auth::TokenCache;
 use crate::calls::registry::Registry;
 use crate::db::{self, Pool};
 use crate::fleet::{self, events};
 use crate::http::connection::Limits;
 use crate::metrics::Metrics;
 use crate::modules::Modules;
+
+/// The most bytes of authenticated tokens kept: some ten thousand tokens.
+const TOKEN_CACHE_BYTES: usize = 4 << 20;
 use crate::planner::{self, Budget, Sandbox};
 
 #[derive(Debug, Clone)]
@@ -36,6 +40,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// The browser preview's assets (the planner transpiled by jco), served at `/preview/assets/`.
     pub preview_dir: PathBuf,
+    /// The most bytes of encoded tenant states kept between requests (docs/decisions/0010).
+    pub state_cache_bytes: usize,
 }
 
 impl Config {
@@ -51,6 +57,7 @@ impl Config {
             budget: Budget::default(),
             cache_dir: None,
             preview_dir: crate::http::preview::default_dir(),
+            state_cache_bytes: 256 << 20,
         }
     }
 
@@ -69,6 +76,10 @@ pub struct App {
     pub db: Pool,
     /// The kinds this deployment knows and the modules it runs.
     pub modules: Arc<Modules>,
+    /// The tenants' states as the planner reads them, cached by generation.
+    pub state: Arc<planner::state::Reader>,
+    /// Authenticated tokens, cached by generation.
+    pub tokens: TokenCache,
     pub registry: Arc<Registry>,
     pub sandbox: Sandbox,
     /// Wakes event streams when events were committed.
@@ -90,7 +101,10 @@ impl App {
         events::register(&mut registry);
         crate::audit::register(&mut registry);
         let (events, _) = broadcast::channel(64);
-        Ok(Arc::new(App { config, db, modules, registry: Arc::new(registry), sandbox, events, metrics }))
+        let state = Arc::new(planner::state::Reader::new(modules.clone(), config.state_cache_bytes, metrics.clone()));
+        let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
+        let registry = Arc::new(registry);
+        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, events, metrics }))
     }
 
     /// Whether this deployment runs the module of the kind named `kind`.

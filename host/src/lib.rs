@@ -16,6 +16,7 @@
 pub mod api;
 pub mod app;
 pub mod audit;
+pub mod cache;
 pub mod calls;
 pub mod db;
 pub mod demo;

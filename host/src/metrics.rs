@@ -20,7 +20,13 @@ pub struct Metrics {
     pub apply_calls: IntCounter,
     drift_tenants: IntGaugeVec,
     events_published: IntCounterVec,
+    cache_hits: IntCounterVec,
+    cache_misses: IntCounterVec,
+    cache_bytes: IntGaugeVec,
 }
+
+/// The caches of `crate::cache`, by their label.
+pub const CACHES: [&str; 2] = ["state", "tokens"];
 
 /// The budget a sandboxed call ran out of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +66,17 @@ impl Metrics {
         )
         .expect("a valid metric name");
         registry.register(Box::new(drift_tenants.clone())).expect("registered once");
+        let cache_bytes = IntGaugeVec::new(Opts::new("fleet_cache_bytes", "Bytes of values a cache holds"), &["cache"])
+            .expect("a valid metric name");
+        registry.register(Box::new(cache_bytes.clone())).expect("registered once");
         let metrics = Metrics {
+            cache_hits: counters(
+                "fleet_cache_hits_total",
+                "Lookups a cache answered (docs/decisions/0010)",
+                &["cache"],
+            ),
+            cache_misses: counters("fleet_cache_misses_total", "Lookups a cache could not answer", &["cache"]),
+            cache_bytes,
             requests,
             durations,
             sandbox_instances: counter("fleet_sandbox_instances_total", "Planner instances created"),
@@ -83,6 +99,11 @@ impl Metrics {
         for kind in [crate::fleet::events::DRIFTED, crate::fleet::events::CONVERGED] {
             metrics.events_published.with_label_values(&[kind]);
         }
+        for cache in CACHES {
+            metrics.cache_hits.with_label_values(&[cache]);
+            metrics.cache_misses.with_label_values(&[cache]);
+            metrics.cache_bytes.with_label_values(&[cache]);
+        }
         metrics
     }
 
@@ -98,6 +119,17 @@ impl Metrics {
             Exhausted::Memory => "memory",
         };
         self.sandbox_exhausted.with_label_values(&[label]).inc();
+    }
+
+    /// A cache lookup that found a current value or not.
+    pub fn cache_lookup(&self, cache: &str, hit: bool) {
+        let counter = if hit { &self.cache_hits } else { &self.cache_misses };
+        counter.with_label_values(&[cache]).inc();
+    }
+
+    /// The bytes a cache holds now.
+    pub fn cache_bytes(&self, cache: &str, bytes: usize) {
+        self.cache_bytes.with_label_values(&[cache]).set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     pub fn published(&self, kind: &str) {

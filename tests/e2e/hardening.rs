@@ -99,7 +99,7 @@ fn slow_heads_and_idle_connections_are_closed_by_their_timeouts() {
 fn a_flood_of_idle_connections_under_a_low_descriptor_limit_leaves_the_server_serving_and_quiet() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
-    let launch = Launch { open_files: Some(256), stderr: Some(log.clone()), env: Vec::new() };
+    let launch = Launch { open_files: Some(256), stderr: Some(log.clone()), env: Vec::new(), db: None };
     let server = Server::launch(dir, &["--head-timeout", "2s"], &launch);
 
     // 300 connections that never finish their head: more than the server has descriptors.
@@ -351,7 +351,7 @@ fn a_cache_that_cannot_be_written_is_named_in_the_warning() {
     std::fs::write(&blocker, "a file where the cache directory would be").unwrap();
     let cache = blocker.join("fleet");
     let log = dir.path().join("server.log");
-    let launch = Launch { open_files: None, stderr: Some(log.clone()), env: Vec::new() };
+    let launch = Launch { open_files: None, stderr: Some(log.clone()), env: Vec::new(), db: None };
     let server = Server::launch(tempfile::tempdir().unwrap(), &["--cache-dir", cache.to_str().unwrap()], &launch);
     assert_eq!(server.get("/healthz"), (200, "ok".to_owned()));
     let logged = std::fs::read_to_string(&log).unwrap();

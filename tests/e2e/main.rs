@@ -3,6 +3,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
 
+mod caches;
 mod cli;
 mod edge;
 mod edge_host;

@@ -148,7 +148,8 @@ fn metrics_count_requests_sandboxes_applies_and_drift_without_tenant_labels() {
 fn every_request_is_one_structured_log_event() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("server.log");
-    let launch = Launch { open_files: None, stderr: Some(log.clone()), env: vec![("RUST_LOG", "fleet=info")] };
+    let launch =
+        Launch { open_files: None, stderr: Some(log.clone()), env: vec![("RUST_LOG", "fleet=info")], db: None };
     let server = Server::launch(tempfile::tempdir().unwrap(), &["--log-format", "json"], &launch);
     let token = server.tenant_with_token("acme");
     server.ok(&token, "fleet/plan", json!({"document": estate()}));

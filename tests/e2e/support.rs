@@ -30,6 +30,8 @@ pub struct Launch {
     pub stderr: Option<PathBuf>,
     /// Environment variables set for it (after the harness's own).
     pub env: Vec<(&'static str, &'static str)>,
+    /// Another database file than the directory's own (a second server on one file).
+    pub db: Option<PathBuf>,
 }
 
 impl Server {
@@ -56,7 +58,7 @@ impl Server {
         };
         command
             .arg("--db")
-            .arg(dir.path().join("fleet.db"))
+            .arg(launch.db.clone().unwrap_or_else(|| dir.path().join("fleet.db")))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(flags)
             .env("RUST_LOG", "fleet=warn")

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use crate::api::{ApiError, Code};
+use crate::cache::{Scope, generation};
 use crate::calls::input::is_name;
 use crate::calls::registry::Method;
 
@@ -76,6 +77,27 @@ pub fn hash_token(token: &str) -> String {
 
 /// Looks the bearer token up by its hash.
 pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Caller, ApiError> {
+    authenticate_with(db, authorization, None)
+}
+
+/// A token as it was authenticated: what the token cache keeps.
+pub struct Authenticated {
+    caller: Caller,
+    expires_at: Option<String>,
+}
+
+/// Authenticated tokens by the SHA-256 of the token (docs/decisions/0010).
+pub type TokenCache = crate::cache::Cache<Authenticated>;
+
+/// [`authenticate`], with the tokens authenticated before kept in `cache`: a kept token
+/// is taken only while its tenant's tokens are at the generation it was read at, so a
+/// revocation (or any other change to them, by any process) is seen at once; its
+/// expiry is checked on every request.
+pub fn authenticate_with(
+    db: &Connection,
+    authorization: Option<&str>,
+    cache: Option<&TokenCache>,
+) -> Result<Caller, ApiError> {
     let unauthenticated = |message: &str| ApiError::new(Code::Unauthenticated, message);
     let header = authorization.ok_or_else(|| unauthenticated("a bearer token is required"))?;
     // The scheme is case-insensitive (RFC 7235 §2.1).
@@ -85,24 +107,47 @@ pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Call
         .map(|(_, token)| token.trim())
         .filter(|token| !token.is_empty())
         .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
-    type Row = (String, String, String, Option<String>, Option<String>);
+    let hash = hash_token(token);
+    let now = crate::db::now();
+    let expired = |expires_at: &Option<String>| expires_at.as_ref().is_some_and(|at| at.as_str() <= now.as_str());
+    if let Some(cache) = cache {
+        let current = |kept: &Authenticated| generation(db, &kept.caller.tenant, Scope::Tokens);
+        if let Some(kept) = cache.get_current(&hash, current)? {
+            if expired(&kept.expires_at) {
+                return Err(unauthenticated("the token expired"));
+            }
+            return Ok(kept.caller.clone());
+        }
+    }
+    type Row = (String, String, String, Option<String>, Option<String>, i64);
+    // One statement, so the generation is the one the row was read at.
     let row: Option<Row> = db
-        .prepare_cached("SELECT tenant, principal, grants, expires_at, revoked_at FROM tokens WHERE token_hash = ?1")?
-        .query_row([hash_token(token)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
+        .prepare_cached(
+            "SELECT tokens.tenant, principal, grants, expires_at, revoked_at, coalesce(generation, 0)
+             FROM tokens LEFT JOIN generations ON generations.tenant = tokens.tenant AND what = 'tokens'
+             WHERE token_hash = ?1",
+        )?
+        .query_row([&hash], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)))
         .optional()?;
-    let (tenant, principal, grants, expires_at, revoked_at) = row.ok_or_else(|| unauthenticated("unknown token"))?;
+    let (tenant, principal, grants, expires_at, revoked_at, generation) =
+        row.ok_or_else(|| unauthenticated("unknown token"))?;
     // Read in the request's own query: a revocation or expiry is seen by the very next
     // request of every process on the database.
     if revoked_at.is_some() {
         return Err(unauthenticated("the token was revoked"));
     }
-    if expires_at.is_some_and(|expires_at| expires_at.as_str() <= crate::db::now().as_str()) {
+    if expired(&expires_at) {
         return Err(unauthenticated("the token expired"));
     }
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
     let grants =
         grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
-    Ok(Caller { tenant, principal, grants })
+    let caller = Caller { tenant, principal, grants };
+    if let Some(cache) = cache {
+        let bytes = hash.len() + caller.tenant.len() + caller.principal.len() + 64 * (caller.grants.len() + 2);
+        cache.put(&hash, generation, Authenticated { caller: caller.clone(), expires_at }, bytes);
+    }
+    Ok(caller)
 }
 
 /// Why a tenant or token could not be created from the command line.

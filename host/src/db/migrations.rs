@@ -11,6 +11,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/0005_token_lifecycle.sql")),
         M::up(include_str!("migrations/0006_audit.sql")),
         M::up(include_str!("migrations/0007_columns_from_fields.sql")),
+        M::up(include_str!("migrations/0008_generations.sql")),
     ])
 }
 

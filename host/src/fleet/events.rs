@@ -123,7 +123,7 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
             let db = app.db.get()?;
-            let caller = auth::authenticate(&db, Some(&authorization))?;
+            let caller = auth::authenticate_with(&db, Some(&authorization), Some(&app.tokens))?;
             let method = app.registry.by_name("compute.events.list").ok_or_else(|| ApiError::not_found("no events"))?;
             auth::authorize(&caller, method)?;
             Ok::<_, ApiError>(caller)

@@ -93,7 +93,7 @@ pub fn answers_state(method: &str) -> bool {
 /// and the name bindings, in the JSON form of `fleet_guest::state`. Another host of the
 /// planner (the browser preview, the edge) plans from it with no further round trip.
 pub fn state(app: &App, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
-    let snapshot = db::transaction(db, db::Tx::Read, |db| crate::planner::state::snapshot(&app.modules, db, caller))?;
+    let snapshot = db::transaction(db, db::Tx::Read, |db| app.state.snapshot(db, caller))?;
     Ok(snapshot.to_json(&app.modules.catalog).to_string())
 }
 
@@ -170,7 +170,7 @@ fn plan_schema() -> Value {
 /// around the whole guest call, so the tables it reads agree with each other.
 pub fn run_planner(app: &Arc<App>, caller: Caller, db: Conn, entry: Entry, request: &str) -> Result<String, ApiError> {
     db::begin(&db, db::Tx::Read)?;
-    let session = Session { caller, db, source: Source::Database(app.modules.clone()), methods: None };
+    let session = Session { caller, db, source: Source::Database(app.state.clone()), methods: None };
     let (session, result) = app.sandbox.call(session, entry, request);
     db::finish(&session.db, result)
 }
@@ -192,7 +192,7 @@ fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, A
 fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
     db::begin(&db, db::Tx::Write)?;
     let session =
-        Session { caller, db, source: Source::Database(app.modules.clone()), methods: Some(app.registry.clone()) };
+        Session { caller, db, source: Source::Database(app.state.clone()), methods: Some(app.registry.clone()) };
     let (session, result) = app.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
         let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;

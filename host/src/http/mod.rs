@@ -361,7 +361,7 @@ async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -
         let mut identity = None;
         let result = (|| {
             let db = app.db.get()?;
-            let caller = auth::authenticate(&db, Some(&authorization))?;
+            let caller = auth::authenticate_with(&db, Some(&authorization), Some(&app.tokens))?;
             identity = Some((caller.tenant.clone(), caller.principal.clone()));
             let method =
                 app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;

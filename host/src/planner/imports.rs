@@ -8,16 +8,17 @@ use fleet_guest::Snapshot;
 use serde_json::Value;
 
 use super::compute::fleet::{methods, state, types};
+use super::state::Reader;
 use super::{Guest, into_wit_error};
 use crate::api::{ApiError, Code};
 use crate::calls::auth;
 use crate::calls::registry::{Ctx, MethodKind, Via};
-use crate::modules::Modules;
 
 /// Where the state the guest reads comes from.
 pub enum Source {
-    /// The caller's tenant in the database: the kinds whose modules this deployment runs.
-    Database(Arc<Modules>),
+    /// The caller's tenant in the database, in the transaction of the session's
+    /// connection.
+    Database(Arc<Reader>),
     /// A fixed snapshot (golden cases, benchmarks), encoded with the built-in kinds.
     Snapshot(Box<Snapshot>),
 }
@@ -34,7 +35,7 @@ impl state::Host for Guest {
         let session = &self.session;
         Ok(match &session.source {
             Source::Snapshot(snapshot) => snapshot.encode(&fleet_guest::Catalog::built_in()),
-            Source::Database(modules) => super::state::encode(modules, &session.db, &session.caller.tenant)?,
+            Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
         })
     }
 }

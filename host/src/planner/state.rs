@@ -4,14 +4,52 @@
 //! `Accept: application/vnd.fleet.state+json`, and `compute.preview.snapshot`). A kind whose module
 //! this deployment does not run has no table; its bindings are still given.
 
+use std::sync::Arc;
+
 use fleet_guest::Snapshot;
 use fleet_guest::state::StateWriter;
 use rusqlite::Connection;
 
 use crate::api::ApiError;
+use crate::cache::{Cache, Scope, generation};
 use crate::calls::auth::Caller;
 use crate::fleet::bindings;
+use crate::metrics::Metrics;
 use crate::modules::{Modules, store};
+
+/// The tenants' states for the planner, each kept encoded at the generation it was read
+/// at (docs/decisions/0010).
+pub struct Reader {
+    pub modules: Arc<Modules>,
+    cache: Cache<Vec<u8>>,
+}
+
+impl Reader {
+    /// A reader of the modules that run, keeping at most `capacity` bytes of states.
+    pub fn new(modules: Arc<Modules>, capacity: usize, metrics: Metrics) -> Reader {
+        Reader { modules, cache: Cache::new("state", capacity, metrics) }
+    }
+
+    /// The state encoding of the tenant, as of the transaction `db` is in.
+    pub fn encode(&self, db: &Connection, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError> {
+        let generation = generation(db, tenant, Scope::State)?;
+        if let Some(state) = self.cache.get(tenant, generation) {
+            return Ok(state);
+        }
+        let state = encode(&self.modules, db, tenant)?;
+        let bytes = state.len();
+        Ok(self.cache.put(tenant, generation, state, bytes))
+    }
+
+    /// Everything the planner reads of the caller's tenant, at once, as of the
+    /// transaction `db` is in.
+    pub fn snapshot(&self, db: &Connection, caller: &Caller) -> Result<Snapshot, ApiError> {
+        let state = self.encode(db, &caller.tenant)?;
+        let mut snapshot = fleet_guest::state::decode(&self.modules.catalog, &state)?;
+        snapshot.caller = fleet_guest::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() };
+        Ok(snapshot)
+    }
+}
 
 /// The state encoding of the tenant's objects and bindings.
 pub fn encode(modules: &Modules, db: &Connection, tenant: &str) -> Result<Vec<u8>, ApiError> {
@@ -23,12 +61,4 @@ pub fn encode(modules: &Modules, db: &Connection, tenant: &str) -> Result<Vec<u8
     let bindings = bindings::all(db, tenant)?;
     state.bindings(bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
     Ok(state.finish())
-}
-
-/// Everything the planner reads of the caller's tenant, at once.
-pub fn snapshot(modules: &Modules, db: &Connection, caller: &Caller) -> Result<Snapshot, ApiError> {
-    let bytes = encode(modules, db, &caller.tenant)?;
-    let mut snapshot = fleet_guest::state::decode(&modules.catalog, &bytes)?;
-    snapshot.caller = fleet_guest::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() };
-    Ok(snapshot)
 }

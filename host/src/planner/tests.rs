@@ -38,7 +38,7 @@ impl Fixture {
         let session = Session {
             caller,
             db: self.app.db.get().unwrap(),
-            source: Source::Database(self.app.modules.clone()),
+            source: Source::Database(self.app.state.clone()),
             methods: composite.then(|| self.app.registry.clone()),
         };
         self.hostile.call(session, Entry::Plan, request).1
@@ -64,7 +64,7 @@ fn an_endless_loop_runs_out_of_cpu_and_the_host_serves_on() {
         let session = Session {
             caller: caller(&[]),
             db: fixture.app.db.get().unwrap(),
-            source: Source::Database(fixture.app.modules.clone()),
+            source: Source::Database(fixture.app.state.clone()),
             methods: None,
         };
         let (_, exported) = fixture.app.sandbox.call(session, Entry::Export, "{}");
