@@ -5,15 +5,15 @@ import { COMPONENT_JS, PlannerError, loadPlanner } from './planner.js';
 
 const ASSETS = new URL('/preview/assets/', location.href);
 const API = '/api/compute/';
-const KIND_ORDER = ['site', 'providerAccount', 'pool', 'ownerQuota', 'offer', 'flavor'];
-const KIND_TITLES = {
-  site: 'Sites',
-  providerAccount: 'Provider accounts',
-  pool: 'Pools',
-  ownerQuota: 'Owner quotas',
-  offer: 'Offers',
-  flavor: 'Flavors',
-};
+
+/** A kind's heading from its camelCase name: `providerAccount` -> `Provider accounts`. */
+function kindTitle(kind) {
+  const words = kind.replace(/[A-Z]/g, (letter) => ` ${letter.toLowerCase()}`);
+  return `${words.charAt(0).toUpperCase()}${words.slice(1)}s`;
+}
+
+/** Members of a snapshot that are not sections of objects. */
+const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings']);
 
 const $ = (id) => document.getElementById(id);
 
@@ -99,7 +99,9 @@ async function loadTenant() {
   session.planner = await loadPlanner(component, getCoreModule, snapshot);
   session.snapshot = snapshot;
   session.exported = JSON.stringify(exported.document, null, 2);
-  const objects = KIND_ORDER.reduce((sum, kind) => sum + (snapshot[`${kind}s`]?.length ?? 0), 0);
+  const objects = Object.entries(snapshot)
+    .filter(([name, value]) => !NOT_SECTIONS.has(name) && Array.isArray(value))
+    .reduce((sum, [, value]) => sum + value.length, 0);
   $('who').textContent = `tenant ${snapshot.caller.tenant} · principal ${snapshot.caller.principal} · ` +
     `${objects} objects in the snapshot`;
   const missing = exported.missing ?? [];
@@ -227,10 +229,13 @@ function renderPlan(plan, text) {
 
   const changes = $('changes');
   changes.replaceChildren();
-  for (const kind of KIND_ORDER) {
+  // The kinds in dependency order, as the snapshot names the modules that run; then any
+  // other kind a change names (a module that does not run).
+  const kinds = [...new Set([...(session.snapshot.modules ?? []), ...plan.changes.map((change) => change.kind)])];
+  for (const kind of kinds) {
     const ofKind = plan.changes.filter((change) => change.kind === kind);
     if (ofKind.length === 0) continue;
-    changes.append(element('div', { class: 'kind' }, KIND_TITLES[kind]));
+    changes.append(element('div', { class: 'kind' }, kindTitle(kind)));
     for (const change of ofKind) {
       const sign = change.text.charAt(0);
       const row = element('div', { class: `change ${sign === '!' ? 'blocked' : change.action}` },

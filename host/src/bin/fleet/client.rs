@@ -215,7 +215,7 @@ pub fn render_plan(plan: &Value) -> String {
         (true, false) => out.push_str("No changes to make.\n"),
         (false, _) => {}
     }
-    let mut heading = "";
+    let mut heading = String::new();
     for change in changes {
         let this_heading = kind_heading(change["kind"].as_str().unwrap_or_default());
         if this_heading != heading {
@@ -261,30 +261,24 @@ pub fn render_plan(plan: &Value) -> String {
     out
 }
 
-/// The heading of a kind's changes, as the browser preview has it.
-fn kind_heading(kind: &str) -> &'static str {
-    match kind {
-        "site" => "Sites",
-        "providerAccount" => "Provider accounts",
-        "pool" => "Pools",
-        "ownerQuota" => "Owner quotas",
-        "offer" => "Offers",
-        "flavor" => "Flavors",
-        _ => "Other objects",
-    }
+/// The heading of a kind's changes, as the browser preview has it: `Provider accounts`.
+fn kind_heading(kind: &str) -> String {
+    let noun = kind_noun(kind);
+    let mut letters = noun.chars();
+    let first = letters.next().map(|first| first.to_ascii_uppercase().to_string()).unwrap_or_default();
+    format!("{first}{}s", letters.as_str())
 }
 
-/// A kind for people: `owner quota`, `provider account`.
-fn kind_noun(kind: &str) -> &'static str {
-    match kind {
-        "site" => "site",
-        "providerAccount" => "provider account",
-        "pool" => "pool",
-        "ownerQuota" => "owner quota",
-        "offer" => "offer",
-        "flavor" => "flavor",
-        _ => "object",
+/// A kind for people, from its camelCase name: `owner quota`, `provider account`.
+fn kind_noun(kind: &str) -> String {
+    let mut noun = String::new();
+    for character in kind.chars() {
+        if character.is_ascii_uppercase() {
+            noun.push(' ');
+        }
+        noun.push(character.to_ascii_lowercase());
     }
+    noun
 }
 
 /// `1 live flavor not in the document is left alone; --prune would delete it.`, one
