@@ -113,21 +113,32 @@ pub fn load_all(db: &Connection, kind: &Descriptor, tenant: &str) -> Result<Vec<
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The tenant's object of `kind` with this key.
 pub fn load(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
-    let sql = format!("{} AND {} = ?2", select(kind), column(kind.identity_name()));
-    let mut statement = db.prepare_cached(&sql)?;
-    Ok(statement.query_row([tenant, key], |row| read_row(kind, row)).optional()?)
+    load_where(db, kind, tenant, &column(kind.identity_name()), key)
 }
 
+/// The tenant's object of `kind` made with this idempotency key.
 pub fn load_by_idempotency_key(
     db: &Connection,
     kind: &Descriptor,
     tenant: &str,
     idempotency_key: &str,
 ) -> Result<Option<Object>, ApiError> {
-    let sql = format!("{} AND idempotency_key = ?2", select(kind));
+    load_where(db, kind, tenant, "idempotency_key", idempotency_key)
+}
+
+/// The tenant's object of `kind` whose (unique) column `column` is `value`.
+fn load_where(
+    db: &Connection,
+    kind: &Descriptor,
+    tenant: &str,
+    column: &str,
+    value: &str,
+) -> Result<Option<Object>, ApiError> {
+    let sql = format!("{} AND {column} = ?2", select(kind));
     let mut statement = db.prepare_cached(&sql)?;
-    Ok(statement.query_row([tenant, idempotency_key], |row| read_row(kind, row)).optional()?)
+    Ok(statement.query_row([tenant, value], |row| read_row(kind, row)).optional()?)
 }
 
 /// The keys of the tenant's live objects of `kind` whose field `field` is `value`,
