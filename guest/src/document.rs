@@ -11,7 +11,7 @@ use crate::error::Problem;
 use crate::grammar::{NAME_PATTERN, is_name};
 use crate::json::MAX_COUNT;
 pub(crate) use crate::json::pointer;
-use crate::kinds::{Catalog, Descriptor, FieldType, RESERVED};
+use crate::kinds::{Catalog, Descriptor, FieldType, RESERVED, with_article};
 use crate::state::{StringMap, Value};
 use crate::{Error, ErrorCode, json};
 
@@ -232,7 +232,7 @@ fn check_key(catalog: &Catalog, kind: usize, key: &str, problems: &mut Problems)
             let message = format!(
                 "{}'s key must be {} name matching {NAME_PATTERN}",
                 descriptor.a(),
-                article(descriptor.identity_name())
+                with_article(descriptor.identity_name())
             );
             problems.push(path(), message);
             false
@@ -249,12 +249,6 @@ fn check_key(catalog: &Catalog, kind: usize, key: &str, problems: &mut Problems)
             false
         }
     }
-}
-
-/// `an owner`, `a name`.
-fn article(word: &str) -> String {
-    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-    format!("{article} {word}")
 }
 
 fn parse_object(

@@ -21,6 +21,19 @@ pub fn is_name(text: &str) -> bool {
     }
 }
 
+/// A camelCase name's words in lowercase, joined by `separator`: `memoryMib` is
+/// `memory_mib` as a column and `provider account` for people.
+pub fn camel_words(name: &str, separator: char) -> String {
+    let mut words = String::with_capacity(name.len() + 4);
+    for character in name.chars() {
+        if character.is_ascii_uppercase() {
+            words.push(separator);
+        }
+        words.push(character.to_ascii_lowercase());
+    }
+    words
+}
+
 /// Whether `text` is an id of the kind with this prefix: `<prefix>_` + 26 characters
 /// of lowercase base32.
 pub fn is_id(text: &str, prefix: &str) -> bool {

@@ -247,6 +247,12 @@ pub static FLAVOR: Descriptor = Descriptor {
 /// The built-in kinds (SPEC §4), in dependency order.
 pub static BUILT_IN: [&Descriptor; 6] = [&SITE, &PROVIDER_ACCOUNT, &POOL, &OWNER_QUOTA, &OFFER, &FLAVOR];
 
+/// `a pool`, `an owner`: a noun with its indefinite article.
+pub fn with_article(noun: &str) -> String {
+    let article = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {noun}")
+}
+
 /// Field names no kind may declare: the server sets them, or they belong to a request.
 pub const RESERVED: [&str; 5] = ["id", "createdAt", "updatedAt", "archived", "idempotencyKey"];
 
@@ -292,8 +298,7 @@ impl Descriptor {
 
     /// `a pool`, `an offer`.
     pub fn a(&self) -> String {
-        let article = if self.kind.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-        format!("{article} {}", self.kind)
+        with_article(self.kind)
     }
 
     /// `compute.<group>.<verb>`.

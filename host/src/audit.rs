@@ -103,19 +103,9 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
          WHERE tenant = ?1 AND seq > ?2 AND (?3 IS NULL OR object_id = ?3) AND (?4 IS NULL OR kind = ?4)
          ORDER BY seq LIMIT ?5",
     )?;
-    let rows =
-        statement.query_map(params![ctx.caller.tenant, page.after as i64, id, kind, page.limit as i64], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, String>(5)?,
-                row.get::<_, String>(6)?,
-                row.get::<_, Option<String>>(7)?,
-                row.get::<_, String>(8)?,
-            ))
+    let rows = statement
+        .query_map(params![ctx.caller.tenant, page.after as i64, id, kind, page.limit as i64], |row| {
+            <(i64, String, String, String, String, String, String, Option<String>, String)>::try_from(row)
         })?;
     let mut records = Vec::new();
     for row in rows {

@@ -127,7 +127,7 @@ pub fn authenticate_with(
              FROM tokens LEFT JOIN generations ON generations.tenant = tokens.tenant AND what = 'tokens'
              WHERE token_hash = ?1",
         )?
-        .query_row([&hash], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)))
+        .query_row([&hash], |row| Row::try_from(row))
         .optional()?;
     let (tenant, principal, grants, expires_at, revoked_at, generation) =
         row.ok_or_else(|| unauthenticated("unknown token"))?;

@@ -57,13 +57,7 @@ fn read(db: &Connection, tenant: &str, after: u64, limit: u64) -> Result<Vec<Val
         "SELECT seq, type, tenant, at, data FROM events WHERE tenant = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = statement.query_map(params![tenant, after as i64, limit as i64], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, String>(3)?,
-            row.get::<_, String>(4)?,
-        ))
+        <(i64, String, String, String, String)>::try_from(row)
     })?;
     let mut events = Vec::new();
     for row in rows {

@@ -315,15 +315,7 @@ fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
         .query_row(
             "SELECT checked_at, plan_hash, summary, changes, coalesce(since, checked_at) FROM fleet_drift WHERE tenant = ?1",
             [tenant],
-            |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(4)?,
-                ))
-            },
+            |row| <(String, String, String, String, String)>::try_from(row),
         )
         .optional()?;
     if let Some((checked_at, plan_hash, summary, changes, since)) = drift {

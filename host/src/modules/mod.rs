@@ -14,7 +14,7 @@ pub mod store;
 use std::sync::Arc;
 
 use fleet_guest::grammar::{self, NAME_PATTERN, TEXT_PATTERN};
-use fleet_guest::kinds::{Descriptor, FieldType, Removal, Rule};
+use fleet_guest::kinds::{Descriptor, FieldType, Removal, Rule, with_article};
 use fleet_guest::{Catalog, json::MAX_COUNT};
 use rand::RngCore;
 use serde_json::{Map, Value, json};
@@ -78,7 +78,7 @@ impl Module {
         );
         add("get", MethodKind::Read, get, format!("Reads one {name}."), key.clone(), &object);
         if kind.upserted() {
-            let summary = format!("Creates or replaces the {name} of {}.", article(kind.identity_name()));
+            let summary = format!("Creates or replaces the {name} of {}.", with_article(kind.identity_name()));
             add("set", MethodKind::Mutation, set, summary, input_schema(kind, &self.catalog, true), &object);
         } else {
             let summary = format!("Creates {}; an idempotencyKey of a live object returns that object.", kind.a());
@@ -95,12 +95,6 @@ impl Module {
             add("restore", MethodKind::Mutation, restore, format!("Restores an archived {name}."), key, &object);
         }
     }
-}
-
-/// `an owner`, `a name`.
-fn article(word: &str) -> String {
-    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-    format!("{article} {word}")
 }
 
 /// The kinds this deployment knows (its catalogue) and those whose modules it runs.

@@ -46,15 +46,7 @@ impl Object {
 
 /// The column of a field: its wire name in snake_case, quoted.
 pub fn column(name: &str) -> String {
-    let mut column = String::from("\"");
-    for character in name.chars() {
-        if character.is_ascii_uppercase() {
-            column.push('_');
-        }
-        column.push(character.to_ascii_lowercase());
-    }
-    column.push('"');
-    column
+    format!("\"{}\"", fleet_guest::grammar::camel_words(name, '_'))
 }
 
 /// The identity column, then one per field.

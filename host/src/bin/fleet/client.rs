@@ -271,14 +271,7 @@ fn kind_heading(kind: &str) -> String {
 
 /// A kind for people, from its camelCase name: `owner quota`, `provider account`.
 fn kind_noun(kind: &str) -> String {
-    let mut noun = String::new();
-    for character in kind.chars() {
-        if character.is_ascii_uppercase() {
-            noun.push(' ');
-        }
-        noun.push(character.to_ascii_lowercase());
-    }
-    noun
+    fleet_guest::grammar::camel_words(kind, ' ')
 }
 
 /// `1 live flavor not in the document is left alone; --prune would delete it.`, one
