@@ -264,14 +264,21 @@ fn apply_on_a_terminal(server: &Server, token: &str, file: &str, answer: &str) -
     String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
 }
 
-#[test]
-fn apply_on_a_terminal_shows_the_plan_and_asks() {
+/// A server whose tenant applied `estate()`, a token, and a document file of the same
+/// estate without its flavors.
+fn applied_then_without_flavors() -> (Server, String, String) {
     let server = Server::start(&[]);
     let token = server.tenant_with_token("acme");
     server.ok(&token, "fleet/apply", json!({"document": estate()}));
     let mut without = estate();
     without["flavors"] = json!({});
     let file = write(server.dir.path(), "without.json", &without.to_string());
+    (server, token, file)
+}
+
+#[test]
+fn apply_on_a_terminal_shows_the_plan_and_asks() {
+    let (server, token, file) = applied_then_without_flavors();
 
     let declined = apply_on_a_terminal(&server, &token, &file, "no");
     assert!(declined.contains("- flavor g1-large: delete"), "{declined}");
@@ -288,12 +295,7 @@ fn apply_on_a_terminal_shows_the_plan_and_asks() {
 
 #[test]
 fn plans_say_what_they_leave_alone() {
-    let server = Server::start(&[]);
-    let token = server.tenant_with_token("acme");
-    server.ok(&token, "fleet/apply", json!({"document": estate()}));
-    let mut without = estate();
-    without["flavors"] = json!({});
-    let file = write(server.dir.path(), "without.json", &without.to_string());
+    let (server, token, file) = applied_then_without_flavors();
     let planned = fleet(&server, &token, &["plan", &file]);
     assert_eq!(planned.status.code(), Some(0));
     let text = stdout(&planned);
