@@ -1,8 +1,14 @@
-//! Builds the planner component: `guest/` for `wasm32-unknown-unknown`, encoded with
-//! wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds. The hostile
-//! test guest (`test-programs/hostile`) is built the same way, for the sandbox tests.
-//! And the edge component (`edge/`, SPEC §11) for `wasm32-wasip2`, which is a component
-//! as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`.
+//! Builds the WebAssembly the host embeds or ships, with a nested cargo:
+//!
+//! - the planner component: `guest/` for `wasm32-unknown-unknown`, encoded with
+//!   wit-component into `$OUT_DIR/fleet_planner.wasm`, which the host embeds; the
+//!   hostile test planner (`test-programs/hostile`) the same way, for the sandbox tests;
+//! - the example module plugins (SPEC §10), left at `target/<profile>/plugins/`:
+//!   `reservations.wasm` (Rust, `plugins/reservations`) and `maintenance-windows.wasm`
+//!   (Python, `plugins/maintenance-windows/build.sh`, which installs componentize-py
+//!   when it is missing); and the hostile test plugin (`test-programs/hostile-plugin`);
+//! - the edge component (`edge/`, SPEC §11) for `wasm32-wasip2`, which is a component
+//!   as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -18,33 +24,62 @@ fn main() -> Result<()> {
     let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    let watched =
-        ["guest/src", "guest/build.rs", "guest/Cargo.toml", "test-programs/hostile", "edge", "wit", "Cargo.lock"];
+    let watched = ["guest/src", "guest/Cargo.toml", "test-programs", "plugins", "edge", "wit", "Cargo.lock"];
     for watched in watched {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
 
     ensure_target(TARGET)?;
     ensure_target(EDGE_TARGET)?;
-    let modules = build_guests(&workspace, &out_dir, TARGET, &["fleet-guest", "fleet-hostile-guest"])?;
-    for (crate_name, component_name) in [("fleet_guest", "fleet_planner"), ("fleet_hostile_guest", "fleet_hostile")] {
+    // `$OUT_DIR` is `target/<profile>/build/fleet-<hash>/out`.
+    let profile_dir = out_dir.ancestors().nth(3).context("OUT_DIR is inside target/<profile>")?.to_path_buf();
+    let plugins_dir = profile_dir.join("plugins");
+    std::fs::create_dir_all(&plugins_dir)?;
+    let packages = ["fleet-guest", "fleet-hostile-guest", "fleet-plugin-reservations", "fleet-hostile-plugin"];
+    let modules = build_guests(&workspace, &out_dir, TARGET, &packages)?;
+    let components = [
+        ("fleet_guest", out_dir.join("fleet_planner.wasm")),
+        ("fleet_hostile_guest", out_dir.join("fleet_hostile.wasm")),
+        ("fleet_plugin_reservations", plugins_dir.join("reservations.wasm")),
+        ("fleet_hostile_plugin", out_dir.join("fleet_hostile_plugin.wasm")),
+    ];
+    for (crate_name, component) in components {
         let module = modules.join(format!("{crate_name}.wasm"));
-        let component = wit_component::ComponentEncoder::default()
+        let encoded = wit_component::ComponentEncoder::default()
             .module(&std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?)?
             .validate(true)
             .encode()
-            .with_context(|| format!("encoding {component_name}"))?;
-        std::fs::write(out_dir.join(format!("{component_name}.wasm")), component)?;
+            .with_context(|| format!("encoding {crate_name}"))?;
+        std::fs::write(&component, encoded)?;
     }
+    println!("cargo:rustc-env=FLEET_PLUGINS_DIR={}", plugins_dir.display());
+    println!("cargo:rustc-env=FLEET_HOSTILE_PLUGIN_WASM={}", out_dir.join("fleet_hostile_plugin.wasm").display());
+    build_python_plugin(&workspace, &plugins_dir.join("maintenance-windows.wasm"));
+
     let edge = build_guests(&workspace, &out_dir, EDGE_TARGET, &["fleet-edge"])?.join("fleet_edge.wasm");
     let edge_out = out_dir.join("fleet-edge.wasm");
     std::fs::copy(&edge, &edge_out).with_context(|| format!("copying {}", edge.display()))?;
     println!("cargo:rustc-env=FLEET_EDGE_WASM={}", edge_out.display());
-    // `$OUT_DIR` is `target/<profile>/build/fleet-<hash>/out`.
-    if let Some(profile_dir) = out_dir.ancestors().nth(3) {
-        std::fs::copy(&edge, profile_dir.join("fleet-edge.wasm"))?;
-    }
+    std::fs::copy(&edge, profile_dir.join("fleet-edge.wasm"))?;
     Ok(())
+}
+
+/// The example plugin in Python, built by its own script with componentize-py. Without
+/// Python the build goes on without it (and says so); the tests that load it fail with
+/// the reason.
+fn build_python_plugin(workspace: &Path, out: &Path) {
+    let script = workspace.join("plugins/maintenance-windows/build.sh");
+    let status = Command::new("bash")
+        .arg(&script)
+        .arg(out)
+        .env("FLEET_TOOLS_DIR", workspace.join("target/plugin-tools"))
+        .stdout(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => println!("cargo:warning={} failed ({status}): no maintenance-windows.wasm", script.display()),
+        Err(error) => println!("cargo:warning=cannot run {}: {error}", script.display()),
+    }
 }
 
 /// Adds a wasm target when the toolchain lacks it: fresh machines do, and with

@@ -3,9 +3,10 @@
 
 wit_bindgen::generate!({ world: "fleet-planner", path: "../wit" });
 
-use compute::fleet::{methods, state, types};
+use compute::fleet::{methods, plugins, state, types};
 use exports::compute::fleet::planner::Guest;
 
+use crate::plugins::{Finding, Subject};
 use crate::{Caller, Catalog, Error, ErrorCode, Host, Snapshot};
 
 struct Component;
@@ -41,6 +42,26 @@ impl Host for Imports {
 
     fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error> {
         methods::invoke(method, input).map_err(from_wit_error)
+    }
+
+    fn plugin_kinds(&self) -> Result<String, Error> {
+        Ok(plugins::kinds())
+    }
+
+    fn check(&self, kind: &str, subjects: &[Subject]) -> Result<Vec<Finding>, Error> {
+        let subjects: Vec<plugins::Subject> = subjects
+            .iter()
+            .map(|subject| plugins::Subject {
+                object: subject.object.clone(),
+                previous: subject.previous.clone(),
+                references: subject.references.clone(),
+            })
+            .collect();
+        let problems = plugins::check(kind, &subjects).map_err(from_wit_error)?;
+        Ok(problems
+            .into_iter()
+            .map(|problem| Finding { subject: problem.subject, path: problem.path, message: problem.message })
+            .collect())
     }
 }
 

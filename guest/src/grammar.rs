@@ -21,6 +21,28 @@ pub fn is_name(text: &str) -> bool {
     }
 }
 
+/// Kinds, FleetConfig sections and field names: camelCase (SPEC §10).
+pub const CAMEL_PATTERN: &str = "^[a-z][a-zA-Z0-9]{0,62}$";
+
+/// Id prefixes (SPEC §10).
+pub const PREFIX_PATTERN: &str = "^[a-z]{2,8}$";
+
+/// Whether `text` matches [`CAMEL_PATTERN`].
+pub fn is_camel(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    match bytes.split_first() {
+        Some((first, rest)) => {
+            first.is_ascii_lowercase() && rest.len() <= 62 && rest.iter().all(u8::is_ascii_alphanumeric)
+        }
+        None => false,
+    }
+}
+
+/// Whether `text` matches [`PREFIX_PATTERN`].
+pub fn is_prefix(text: &str) -> bool {
+    (2..=8).contains(&text.len()) && text.bytes().all(|byte| byte.is_ascii_lowercase())
+}
+
 /// A camelCase name's words in lowercase, joined by `separator`: `memoryMib` is
 /// `memory_mib` as a column and `provider account` for people.
 pub fn camel_words(name: &str, separator: char) -> String {

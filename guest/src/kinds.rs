@@ -3,7 +3,7 @@
 //! planner knows. The planner, the host's modules, storage, request validation, schemas
 //! and OpenAPI all read these descriptors; no field list exists anywhere else.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One kind of object: its API group, its FleetConfig section, how its objects are
 /// identified and removed, and its fields.
@@ -29,6 +29,9 @@ pub struct Descriptor {
     /// How a change's text line summarizes a new object.
     #[serde(skip)]
     pub summary: &'static [Part],
+    /// Whether a module plugin serves the kind (SPEC §10): its check judges every
+    /// create and update, at plan time too.
+    pub plugin: bool,
 }
 
 /// How the objects of a kind are told apart.
@@ -44,7 +47,7 @@ pub enum Identity {
 }
 
 /// What removes an object, and what `prune` does to one the document leaves out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Removal {
     /// `delete`, refused while a live object references the object.
@@ -139,6 +142,7 @@ pub static SITE: Descriptor = Descriptor {
     fleet_updates: false,
     rules: &[],
     summary: &[Part::Labeled("region")],
+    plugin: false,
 };
 
 pub static PROVIDER_ACCOUNT: Descriptor = Descriptor {
@@ -152,6 +156,7 @@ pub static PROVIDER_ACCOUNT: Descriptor = Descriptor {
     fleet_updates: true,
     rules: &[],
     summary: &[Part::Labeled("provider")],
+    plugin: false,
 };
 
 pub static POOL: Descriptor = Descriptor {
@@ -174,6 +179,7 @@ pub static POOL: Descriptor = Descriptor {
     fleet_updates: true,
     rules: &[],
     summary: &[Part::Labeled("class"), Part::Labeled("site"), Part::Either(("gpus", "gpu"), ("vcpus", "vcpu"))],
+    plugin: false,
 };
 
 pub static OWNER_QUOTA: Descriptor = Descriptor {
@@ -192,6 +198,7 @@ pub static OWNER_QUOTA: Descriptor = Descriptor {
         Part::Counted("gpus", "gpu"),
         Part::Counted("instances", "instance"),
     ],
+    plugin: false,
 };
 
 pub static OFFER: Descriptor = Descriptor {
@@ -217,6 +224,7 @@ pub static OFFER: Descriptor = Descriptor {
         Part::Measured("memoryMib", "MiB"),
         Part::Counted("gpus", "gpu"),
     ],
+    plugin: false,
 };
 
 pub static FLAVOR: Descriptor = Descriptor {
@@ -242,6 +250,7 @@ pub static FLAVOR: Descriptor = Descriptor {
         Part::Counted("gpus", "gpu"),
         Part::Measured("diskGib", "GiB disk"),
     ],
+    plugin: false,
 };
 
 /// The built-in kinds (SPEC §4), in dependency order.
@@ -301,6 +310,26 @@ impl Descriptor {
         with_article(self.kind)
     }
 
+    /// What `self` shares with `other` that two kinds of one deployment may not: the
+    /// kind, group, section or id prefix.
+    pub fn clash(&self, other: &Descriptor) -> Option<&'static str> {
+        let clashes = [
+            (other.kind == self.kind, "kind"),
+            (other.group == self.group, "group"),
+            (other.section == self.section, "section"),
+            (other.id_prefix().is_some() && other.id_prefix() == self.id_prefix(), "idPrefix"),
+        ];
+        clashes.iter().find(|(clash, _)| *clash).map(|(_, what)| *what)
+    }
+
+    /// The kinds the fields reference.
+    pub fn references(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.fields.iter().filter_map(|field| match field.ty {
+            FieldType::Ref(kind) => Some((field.name, kind)),
+            _ => None,
+        })
+    }
+
     /// `compute.<group>.<verb>`.
     pub fn method(&self, verb: &str) -> String {
         format!("compute.{}.{verb}", self.group)
@@ -328,6 +357,42 @@ impl Catalog {
         Catalog::new(BUILT_IN.to_vec()).unwrap_or_else(|_| unreachable!("the built-in kinds are consistent"))
     }
 
+    /// The built-in kinds and the kinds of module plugins (SPEC §10): the plugins' after
+    /// the built-in ones, each after the kinds it references, ties by kind name. A
+    /// plugin kind that clashes with an earlier kind, references a kind no module
+    /// serves, or is part of a cycle of references is refused: the error names it.
+    pub fn with_plugins(plugins: &[&'static Descriptor]) -> Result<Catalog, (&'static str, String)> {
+        let mut kinds: Vec<&'static Descriptor> = BUILT_IN.to_vec();
+        let mut waiting = plugins.to_vec();
+        waiting.sort_by_key(|kind| kind.kind);
+        for (position, plugin) in waiting.iter().enumerate() {
+            let built_in = BUILT_IN.iter().map(|kind| (*kind, "the built-in"));
+            let plugins = waiting[..position].iter().map(|kind| (*kind, "the plugin"));
+            for (other, whose) in built_in.chain(plugins) {
+                if let Some(what) = plugin.clash(other) {
+                    return Err((plugin.kind, format!("its {what} is that of {whose} kind {}", other.kind)));
+                }
+            }
+        }
+        while !waiting.is_empty() {
+            let known = |kind: &str| kinds.iter().any(|known| known.kind == kind);
+            let Some(ready) = waiting.iter().position(|kind| kind.references().all(|(_, target)| known(target))) else {
+                let plugin = waiting[0];
+                let (field, target) = plugin.references().find(|(_, target)| !known(target)).unwrap_or_default();
+                let reason = if waiting.iter().any(|other| other.kind == target) {
+                    format!(
+                        "its field {field} references {target}, and the plugin kinds left reference each other in a cycle"
+                    )
+                } else {
+                    format!("its field {field} references {target}, a kind no module serves")
+                };
+                return Err((plugin.kind, reason));
+            };
+            kinds.push(waiting.remove(ready));
+        }
+        Catalog::new(kinds).map_err(|reason| ("", reason))
+    }
+
     /// A catalogue of `kinds`, which must be in dependency order, each with a unique
     /// kind, group, section and id prefix, and referencing only kinds before it.
     pub fn new(kinds: Vec<&'static Descriptor>) -> Result<Catalog, String> {
@@ -335,13 +400,7 @@ impl Catalog {
         for (position, descriptor) in kinds.iter().enumerate() {
             let earlier = &kinds[..position];
             for other in earlier {
-                let clash = [
-                    (other.kind == descriptor.kind, "kind"),
-                    (other.group == descriptor.group, "group"),
-                    (other.section == descriptor.section, "section"),
-                    (other.id_prefix().is_some() && other.id_prefix() == descriptor.id_prefix(), "idPrefix"),
-                ];
-                if let Some((_, what)) = clash.iter().find(|(clash, _)| *clash) {
+                if let Some(what) = descriptor.clash(other) {
                     return Err(format!("kind {} has the same {what} as kind {}", descriptor.kind, other.kind));
                 }
             }

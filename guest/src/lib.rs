@@ -17,6 +17,7 @@ pub mod kinds;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod plan;
+pub mod plugins;
 pub mod state;
 mod text;
 
@@ -54,6 +55,16 @@ pub trait Host {
     /// Runs a module method as the caller (apply only). Hosts without composite methods
     /// answer [`ErrorCode::Unsupported`].
     fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error>;
+    /// The kinds of the module plugins the host loads: a JSON array of
+    /// [`plugins::PluginKind`]s. None by default.
+    fn plugin_kinds(&self) -> Result<String, Error> {
+        Ok("[]".to_owned())
+    }
+    /// Runs the check of the plugin that serves `kind` on `subjects` (SPEC §10). Only
+    /// called for plugin kinds, so a host without plugins is never asked.
+    fn check(&self, kind: &str, _subjects: &[plugins::Subject]) -> Result<Vec<plugins::Finding>, Error> {
+        Err(Error::new(ErrorCode::Internal, format!("this host runs no plugin for the kind {kind}")))
+    }
 }
 
 impl Host for Snapshot {
@@ -70,6 +81,18 @@ impl Host for Snapshot {
     }
 }
 
+/// The kinds this host serves: the built-in ones and its plugins'.
+fn catalog(host: &dyn Host) -> Result<Catalog, Error> {
+    let plugin_kinds =
+        plugins::parse_kinds(&host.plugin_kinds()?).map_err(|error| Error::new(ErrorCode::Internal, error))?;
+    if plugin_kinds.is_empty() {
+        return Ok(Catalog::built_in());
+    }
+    Catalog::with_plugins(&plugin_kinds).map_err(|(kind, reason)| {
+        Error::new(ErrorCode::Internal, format!("the plugin kind {kind} cannot be served: {reason}"))
+    })
+}
+
 /// Reads the caller's tenant once.
 fn estate(host: &dyn Host, catalog: Catalog) -> Result<Estate, Error> {
     let mut snapshot = host.state(&catalog)?;
@@ -80,7 +103,7 @@ fn estate(host: &dyn Host, catalog: Catalog) -> Result<Estate, Error> {
 /// `{}` -> `{"document": FleetConfig, "missing": [...]}` (SPEC §6.1).
 pub fn export(host: &dyn Host, request: &str) -> Result<String, Error> {
     document::parse_export(request)?;
-    export::export(&estate(host, Catalog::built_in())?)
+    export::export(&estate(host, catalog(host)?)?)
 }
 
 /// `{"document", "prune"?}` -> Plan (SPEC §6.2).
@@ -106,9 +129,9 @@ fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan
             "planning needs an authenticated caller (a tenant and a principal)",
         ));
     }
-    let catalog = Catalog::built_in();
+    let catalog = catalog(host)?;
     let (request, problems) = document::parse_plan(&catalog, request, is_apply)?;
     let estate = estate(host, catalog)?;
-    let plan = plan::plan(&estate, &request, problems)?;
+    let plan = plan::plan(&estate, &request, problems, host)?;
     Ok((plan, request.plan_hash))
 }

@@ -9,9 +9,10 @@ use crate::document::{PlanRequest, Problems, pointer};
 use crate::estate::Estate;
 use crate::hash;
 use crate::kinds::{Descriptor, Removal, Rule};
+use crate::plugins::{Subject, object_json};
 use crate::state::{Object, Value};
 use crate::text;
-use crate::{Error, ErrorCode};
+use crate::{Error, ErrorCode, Host};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -270,12 +271,20 @@ struct Planner<'a> {
     keys_by_id: Vec<HashMap<String, &'a str>>,
     /// Per kind: field positions by field name, the order of `fields`.
     alphabetical: Vec<Vec<usize>>,
+    /// Per plugin kind: entry position -> the problems its plugin's check found.
+    refused: Vec<HashMap<usize, Vec<Reason>>>,
     plan: Plan,
 }
 
 /// Plans a validated request against the state. `problems` are those validation found
-/// so far; key problems found here join them, and any problem fails the plan.
-pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problems) -> Result<Plan, Error> {
+/// so far; key problems found here join them, and any problem fails the plan. The host
+/// runs the checks of plugin kinds.
+pub(crate) fn plan(
+    estate: &Estate,
+    request: &PlanRequest,
+    mut problems: Problems,
+    host: &dyn Host,
+) -> Result<Plan, Error> {
     let kinds = estate.catalog.len();
     let mut planner = Planner {
         estate,
@@ -283,6 +292,7 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
         ids_by_key: vec![HashMap::default(); kinds],
         keys_by_id: vec![HashMap::default(); kinds],
         alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical()).collect(),
+        refused: vec![HashMap::default(); kinds],
         plan: Plan {
             changes: Vec::new(),
             calls: Vec::new(),
@@ -295,6 +305,9 @@ pub(crate) fn plan(estate: &Estate, request: &PlanRequest, mut problems: Problem
     planner.resolve_keys(request, &mut problems);
     problems.into_result()?;
     for kind in 0..kinds {
+        if estate.kind(kind).plugin {
+            planner.check_plugin_kind(kind, host)?;
+        }
         for position in 0..planner.entries[kind].len() {
             planner.plan_entry(kind, position);
         }
@@ -449,6 +462,9 @@ impl<'a> Planner<'a> {
         for rule in descriptor.rules {
             self.check_rule(kind, *rule, values, &resolved, &mut reasons);
         }
+        if let Some(refused) = self.refused[kind].get(&position) {
+            reasons.extend(refused.iter().cloned());
+        }
         if !estate.runs(kind) {
             reasons = vec![(None, format!("the {} module is not run by this deployment", descriptor.group))];
         }
@@ -587,6 +603,85 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The values of a document object as they would be written, references as ids;
+    /// `None` when a reference names nothing (the change is blocked for that).
+    fn desired(&self, kind: usize, entry: &Entry) -> Option<Vec<Value>> {
+        let current = entry.current();
+        let mut values = entry.values.to_vec();
+        for (index, value) in values.iter_mut().enumerate() {
+            if let Some(target) = self.estate.catalog.target(kind, index) {
+                let current = current.map(|current| current.values[index].as_text());
+                *value = Value::Text(self.resolve(target, value.as_text(), current)?.to_owned());
+            }
+        }
+        Some(values)
+    }
+
+    /// The object with id `id` of `kind` as it will be after the plan, in the form a
+    /// plugin's check reads: the document's if it is there, else the state's.
+    fn object_after(&self, kind: usize, id: &str) -> Option<String> {
+        let descriptor = self.estate.kind(kind);
+        if let Some(key) = self.keys_by_id[kind].get(id) {
+            let entries = &self.entries[kind];
+            let entry = &entries[entries.binary_search_by(|entry| entry.key.cmp(key)).ok()?];
+            let values = self.desired(kind, entry).unwrap_or_else(|| entry.values.to_vec());
+            return Some(object_json(descriptor, id, |position| &values[position]));
+        }
+        let object = self.estate.get(kind, id)?;
+        Some(object_json(descriptor, id, |position| &object.values[position]))
+    }
+
+    /// Runs the check of a plugin kind, in one batch, on every object the plan would
+    /// create or change (SPEC §10), and keeps each problem it finds as a reason to
+    /// block that object's change: a plan never promises what apply would refuse.
+    /// Objects blocked for other reasons (an unknown reference or id, an immutable
+    /// change) are not checked, as the API would not reach the check either.
+    fn check_plugin_kind(&mut self, kind: usize, host: &dyn Host) -> Result<(), Error> {
+        let descriptor = self.estate.kind(kind);
+        let mut subjects = Vec::new();
+        let mut positions = Vec::new();
+        for (position, entry) in self.entries[kind].iter().enumerate() {
+            let (Some(id), false) = (entry.id(), matches!(entry.target, Target::UnknownId)) else { continue };
+            let Some(values) = self.desired(kind, entry) else { continue };
+            let current = entry.current();
+            if let Some(current) = current {
+                let immutable_changes = descriptor
+                    .fields
+                    .iter()
+                    .zip(values.iter().zip(&current.values))
+                    .any(|(field, (to, from))| field.immutable && to != from);
+                if current.values == values || immutable_changes {
+                    continue;
+                }
+            }
+            let references = descriptor
+                .fields
+                .iter()
+                .enumerate()
+                .filter_map(|(index, field)| {
+                    let target = self.estate.catalog.target(kind, index)?;
+                    Some((field.name.to_owned(), self.object_after(target, values[index].as_text())?))
+                })
+                .collect();
+            subjects.push(Subject {
+                object: object_json(descriptor, id, |position| &values[position]),
+                previous: current.map(|current| object_json(descriptor, &current.key, |at| &current.values[at])),
+                references,
+            });
+            positions.push(position);
+        }
+        if subjects.is_empty() {
+            return Ok(());
+        }
+        for finding in host.check(descriptor.kind, &subjects)? {
+            let Some(&position) = positions.get(finding.subject as usize) else { continue };
+            let name = finding.path.strip_prefix('/').map(|path| path.split('/').next().unwrap_or_default());
+            let field = descriptor.fields.iter().find(|field| Some(field.name) == name).map(|field| field.name);
+            self.refused[kind].entry(position).or_default().push((field, finding.message));
+        }
+        Ok(())
+    }
+
     /// The live objects the document leaves out (never those of kinds that are never
     /// removed or whose module does not run): removed when `prune` is on, listed as
     /// left alone otherwise, with what `prune` would do; in reverse kind order, by key
@@ -669,7 +764,7 @@ fn removal_call(kind: &Descriptor, verb: &str, key: &str) -> Call {
 mod tests {
     use super::*;
     use crate::document::parse_plan;
-    use crate::{Catalog, Snapshot};
+    use crate::{Caller, Catalog, Snapshot};
     use serde_json::json;
 
     const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -719,7 +814,7 @@ mod tests {
                 continue;
             };
             let estate = Estate::new(Catalog::built_in(), snapshot);
-            let Ok(plan) = plan(&estate, &request, problems) else { continue };
+            let Ok(plan) = plan(&estate, &request, problems, &Snapshot::empty(Caller::default())) else { continue };
             let hashed = Hashed::of(&estate, &request, &plan);
             assert!(hash::write_if_canonical(&hashed, std::io::sink()).unwrap(), "{case:?}");
             planned += 1;
@@ -731,7 +826,8 @@ mod tests {
         let (request, problems) =
             parse_plan(&Catalog::built_in(), &json!({"document": document, "prune": prune}).to_string(), false)
                 .unwrap();
-        plan(&Estate::new(Catalog::built_in(), snapshot), &request, problems).unwrap()
+        let estate = Estate::new(Catalog::built_in(), snapshot.clone());
+        plan(&estate, &request, problems, &snapshot).unwrap()
     }
 
     fn methods(plan: &Plan) -> Vec<&str> {

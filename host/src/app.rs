@@ -20,6 +20,7 @@ use crate::modules::Modules;
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
 use crate::planner::{self, Budget, Sandbox};
+use crate::plugins::Plugins;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -42,6 +43,10 @@ pub struct Config {
     pub preview_dir: PathBuf,
     /// The most bytes of encoded tenant states kept between requests (docs/decisions/0010).
     pub state_cache_bytes: usize,
+    /// Module plugin files (SPEC §10), loaded at start.
+    pub plugins: Vec<PathBuf>,
+    /// What one run of a plugin's check may use.
+    pub plugin_budget: Budget,
 }
 
 impl Config {
@@ -58,6 +63,8 @@ impl Config {
             cache_dir: None,
             preview_dir: crate::http::preview::default_dir(),
             state_cache_bytes: 256 << 20,
+            plugins: Vec::new(),
+            plugin_budget: crate::plugins::default_budget(),
         }
     }
 
@@ -82,6 +89,8 @@ pub struct App {
     pub tokens: TokenCache,
     pub registry: Arc<Registry>,
     pub sandbox: Sandbox,
+    /// The module plugins this deployment loads.
+    pub plugins: Arc<Plugins>,
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
     pub metrics: Metrics,
@@ -92,9 +101,19 @@ impl App {
         let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
         let db = db::open_with(&config.db_path, options)?;
         let metrics = Metrics::new();
-        let sandbox = Sandbox::new(planner::PLANNER, config.budget, config.cache_dir.as_deref(), metrics.clone())?;
-        let catalog = Arc::new(Catalog::built_in());
-        let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind)));
+        let cache_dir = config.cache_dir.as_deref();
+        let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir)?);
+        let catalog = Arc::new(plugins.catalog()?);
+        {
+            let conn = db.get()?;
+            for plugin in plugins.iter() {
+                crate::modules::store::prepare_plugin_table(&conn, plugin.kind, config.read_only)
+                    .map_err(|error| anyhow::anyhow!("plugin {}: {error:#}", plugin.path.display()))?;
+            }
+        }
+        let sandbox =
+            Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?.with_plugins(plugins.clone());
+        let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
         let mut registry = Registry::default();
         modules.register(&mut registry);
         fleet::register(&mut registry, &catalog);
@@ -104,7 +123,7 @@ impl App {
         let state = Arc::new(planner::state::Reader::new(modules.clone(), config.state_cache_bytes, metrics.clone()));
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let registry = Arc::new(registry);
-        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, events, metrics }))
+        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, plugins, events, metrics }))
     }
 
     /// Whether this deployment runs the module of the kind named `kind`.

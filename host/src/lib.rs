@@ -25,6 +25,7 @@ pub mod http;
 pub mod metrics;
 pub mod modules;
 pub mod planner;
+pub mod plugins;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -12,4 +12,5 @@ mod foundation;
 mod hardening;
 mod modules;
 mod observability;
+mod plugins;
 mod support;

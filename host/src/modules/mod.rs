@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use fleet_guest::grammar::{self, NAME_PATTERN, TEXT_PATTERN};
 use fleet_guest::kinds::{Descriptor, FieldType, Removal, Rule, with_article};
+use fleet_guest::plugins::{Subject, object_json};
 use fleet_guest::{Catalog, json::MAX_COUNT};
 use rand::RngCore;
 use serde_json::{Map, Value, json};
@@ -24,6 +25,7 @@ use crate::audit::FieldChange;
 use crate::calls::input::{Input, pointer};
 use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
 use crate::db;
+use crate::plugins::{Plugin, Plugins};
 pub use store::Object;
 
 /// The longest idempotency key a create accepts, in characters (as JSON Schema's
@@ -41,12 +43,14 @@ pub fn text_schema() -> Value {
 pub struct Module {
     pub kind: &'static Descriptor,
     catalog: Arc<Catalog>,
+    /// The plugin that serves the kind, whose check judges every create and update.
+    plugin: Option<Arc<Plugin>>,
 }
 
 impl Module {
-    /// The module of the kind at `kind` in `catalog`.
-    pub fn new(catalog: Arc<Catalog>, kind: usize) -> Module {
-        Module { kind: catalog.get(kind), catalog }
+    /// The module of the kind at `kind` in `catalog`, served by `plugin` if a plugin's.
+    pub fn new(catalog: Arc<Catalog>, kind: usize, plugin: Option<Arc<Plugin>>) -> Module {
+        Module { kind: catalog.get(kind), catalog, plugin }
     }
 
     /// The descriptor of the kind a reference names.
@@ -101,13 +105,17 @@ impl Module {
 pub struct Modules {
     pub catalog: Arc<Catalog>,
     runs: Vec<bool>,
+    /// Per kind, the plugin that serves it.
+    plugins: Vec<Option<Arc<Plugin>>>,
 }
 
 impl Modules {
-    /// The modules of `catalog` whose kinds `runs` names.
-    pub fn new(catalog: Arc<Catalog>, runs: impl Fn(&str) -> bool) -> Modules {
-        let runs = catalog.iter().map(|(_, kind)| runs(kind.kind)).collect();
-        Modules { catalog, runs }
+    /// The modules of `catalog` whose kinds `runs` names, and those of every plugin.
+    pub fn new(catalog: Arc<Catalog>, runs: impl Fn(&str) -> bool, plugins: &Plugins) -> Modules {
+        let plugins: Vec<Option<Arc<Plugin>>> =
+            catalog.iter().map(|(_, kind)| plugins.by_kind(kind.kind).cloned()).collect();
+        let runs = catalog.iter().map(|(position, kind)| plugins[position].is_some() || runs(kind.kind)).collect();
+        Modules { catalog, runs, plugins }
     }
 
     /// Whether this deployment runs the module of the kind named `kind`.
@@ -123,7 +131,7 @@ impl Modules {
     /// Registers the methods of every module that runs.
     pub fn register(&self, registry: &mut Registry) {
         for (position, _) in self.catalog.iter().filter(|(position, _)| self.runs[*position]) {
-            Module::new(self.catalog.clone(), position).register(registry);
+            Module::new(self.catalog.clone(), position, self.plugins[position].clone()).register(registry);
         }
     }
 }
@@ -325,6 +333,46 @@ fn check_references(
     Err(ApiError::failed_precondition(message).with_details(json!({ "problems": problems })))
 }
 
+/// The plugin's own rules over the object as it will be written (SPEC §10), given
+/// the objects it references and the object as it was: `INVALID_ARGUMENT` with the
+/// plugin's problems. They run last, once the references are known to be live.
+fn check_plugin(module: &Module, ctx: &Ctx, object: &Object, previous: Option<&Object>) -> Result<(), ApiError> {
+    let Some(plugin) = &module.plugin else { return Ok(()) };
+    let mut references = Vec::new();
+    for (field, kind) in module.kind.references() {
+        let Some(target) = module.target(kind) else { continue };
+        if let Some(referenced) = store::load(ctx.db, target, &ctx.caller.tenant, object.text(field))? {
+            references.push((field.to_owned(), checked_form(target, &referenced)));
+        }
+    }
+    let subject = Subject {
+        object: checked_form(module.kind, object),
+        previous: previous.map(|previous| checked_form(module.kind, previous)),
+        references,
+    };
+    let findings = plugin.check(&[subject])?;
+    if findings.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        findings.into_iter().map(|finding| Problem { path: finding.path, message: finding.message }).collect(),
+    ))
+}
+
+/// An object in the form a plugin's check reads, written by the planner's own code so
+/// that plan and API give a plugin the same text.
+fn checked_form(kind: &Descriptor, object: &Object) -> String {
+    let values: Vec<fleet_guest::Value> = kind
+        .fields
+        .iter()
+        .map(|field| {
+            let value = object.fields.get(field.name).and_then(fleet_guest::Value::from_json);
+            value.unwrap_or_else(|| fleet_guest::Value::default_of(field.ty))
+        })
+        .collect();
+    object_json(kind, &object.key, |position| &values[position])
+}
+
 /// A delete is refused while a live object of the tenant references the object
 /// (`FAILED_PRECONDITION`, the referrers by section in `details`).
 fn check_unreferenced(ctx: &Ctx, module: &Module, object: &Object) -> Result<(), ApiError> {
@@ -423,6 +471,7 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
         ));
     }
     check_references(ctx, module, &object, None)?;
+    check_plugin(module, ctx, &object, None)?;
     if let Some(holder) = archived_holder {
         store::release_idempotency_key(ctx.db, module.kind, tenant, &holder)?;
     }
@@ -471,6 +520,7 @@ fn update(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     object.fields.extend(changed.clone());
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
+    check_plugin(module, ctx, &object, Some(&stored))?;
     store::write(ctx.db, module.kind, tenant, &object, None)?;
     audit(ctx, module, "update", Some(&stored), Some(&object))?;
     Ok(object.to_json(module.kind))

@@ -1,5 +1,5 @@
 //! The one storage layer of module objects, from the descriptors: a kind's table is
-//! named by its group, its columns by its fields in snake_case (quoted, so that any
+//! named by its group (a plugin's is `plugin_<group>`, made at start), its columns by its fields in snake_case (quoted, so that any
 //! field name is a column), maps as JSON text, counts and bools as integers. The
 //! module handlers, the planner's state and the preview's snapshot all read through
 //! here.
@@ -49,6 +49,72 @@ pub fn column(name: &str) -> String {
     format!("\"{}\"", fleet_guest::grammar::camel_words(name, '_'))
 }
 
+/// The table of a kind: the group's for the built-in kinds (migrations make them), and
+/// `"plugin_<group>"` for a plugin's (made by [`prepare_plugin_table`]), which no
+/// built-in or fleet table can be.
+pub fn table(kind: &Descriptor) -> String {
+    if kind.plugin { format!("\"plugin_{}\"", kind.group) } else { kind.group.to_owned() }
+}
+
+/// The SQL type of a field's column, and the default of its values.
+fn sql_type(ty: FieldType) -> (&'static str, &'static str) {
+    match ty {
+        FieldType::Count | FieldType::Bool => ("INTEGER", "0"),
+        FieldType::Map => ("TEXT", "'{}'"),
+        FieldType::String | FieldType::Name | FieldType::Ref(_) => ("TEXT", "''"),
+    }
+}
+
+/// Makes (or completes) the table of a plugin kind, in the shape of the built-in ones,
+/// with the triggers that count the tenant's state generation (migration 0008). A field
+/// the plugin added since gets a column holding its default; a column of a field the
+/// plugin dropped stays, unread. A field whose type changed over existing data is
+/// refused. A read-only database is only checked.
+pub fn prepare_plugin_table(db: &Connection, kind: &Descriptor, read_only: bool) -> anyhow::Result<()> {
+    let table = table(kind);
+    let existing: Vec<(String, String)> = db
+        .prepare(&format!("SELECT name, type FROM pragma_table_info('plugin_{}')", kind.group))?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut statements = Vec::new();
+    if existing.is_empty() {
+        statements.push(format!(
+            "CREATE TABLE IF NOT EXISTS {table} (tenant TEXT NOT NULL REFERENCES tenants (name), id TEXT NOT NULL, \
+             archived INTEGER NOT NULL DEFAULT 0, idempotency_key TEXT, created_at TEXT NOT NULL, \
+             updated_at TEXT NOT NULL, PRIMARY KEY (tenant, id), UNIQUE (tenant, idempotency_key)) STRICT"
+        ));
+        for (event, row) in [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")] {
+            statements.push(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"plugin_{group}_{event}_bumps_state\" AFTER {event} ON {table} BEGIN \
+                 UPDATE generations SET generation = generation + 1 WHERE tenant = {row}.tenant AND what = 'state'; END",
+                group = kind.group,
+            ));
+        }
+    }
+    for field in kind.fields {
+        let name = fleet_guest::grammar::camel_words(field.name, '_');
+        let (ty, default) = sql_type(field.ty);
+        match existing.iter().find(|(column, _)| *column == name) {
+            Some((_, had)) if had != ty => anyhow::bail!(
+                "field {} is stored as {had} and the plugin now declares it as {ty}: a field's type cannot change \
+                 over existing objects",
+                field.name
+            ),
+            Some(_) => {}
+            None => statements
+                .push(format!("ALTER TABLE {table} ADD COLUMN {} {ty} NOT NULL DEFAULT {default}", column(field.name))),
+        }
+    }
+    if statements.is_empty() {
+        return Ok(());
+    }
+    if read_only {
+        anyhow::bail!("the database has no table (or not every column) for it: serve it once without --read-only");
+    }
+    db.execute_batch(&format!("BEGIN IMMEDIATE; {}; COMMIT;", statements.join("; ")))?;
+    Ok(())
+}
+
 /// The identity column, then one per field.
 fn columns(kind: &Descriptor) -> Vec<String> {
     let mut columns = vec![column(kind.identity_name())];
@@ -61,7 +127,7 @@ fn select(kind: &Descriptor) -> String {
     format!(
         "SELECT {}, {archived}, created_at, updated_at FROM {} WHERE tenant = ?1",
         columns(kind).join(", "),
-        kind.group
+        table(kind)
     )
 }
 
@@ -146,7 +212,7 @@ pub fn live_keys_where(
     let identity = column(kind.identity_name());
     let sql = format!(
         "SELECT {identity} FROM {} WHERE tenant = ?1 AND {} = ?2{live} ORDER BY {identity}",
-        kind.group,
+        table(kind),
         column(field)
     );
     let mut statement = db.prepare_cached(&sql)?;
@@ -200,7 +266,7 @@ pub fn write(
         .collect();
     let sql = format!(
         "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant, {identity}) DO UPDATE SET {}",
-        kind.group,
+        table(kind),
         names.join(", "),
         placeholders.join(", "),
         assignments.join(", ")
@@ -210,14 +276,14 @@ pub fn write(
 }
 
 pub fn delete(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
-    let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", kind.group, column(kind.identity_name()));
+    let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", table(kind), column(kind.identity_name()));
     db.prepare_cached(&sql)?.execute([tenant, key])?;
     Ok(())
 }
 
 /// Frees an idempotency key held by an archived object.
 pub fn release_idempotency_key(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
-    let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", kind.group);
+    let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", table(kind));
     db.prepare_cached(&sql)?.execute([tenant, key])?;
     Ok(())
 }

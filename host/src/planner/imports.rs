@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use fleet_guest::Snapshot;
+use fleet_guest::plugins::Subject;
 use serde_json::Value;
 
-use super::compute::fleet::{methods, state, types};
+use super::compute::fleet::{methods, plugins, state, types};
 use super::state::Reader;
 use super::{Guest, into_wit_error};
 use crate::api::{ApiError, Code};
@@ -69,5 +70,45 @@ impl Guest {
         auth::authorize(&session.caller, method)?;
         let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply };
         method.run_in(&ctx, input)
+    }
+}
+
+impl plugins::Host for Guest {
+    fn kinds(&mut self) -> wasmtime::Result<String> {
+        Ok(self.plugins.kinds_json().to_owned())
+    }
+
+    /// The plugin's check, in a sandbox of its own. What the guest passes is bounded
+    /// by its own memory budget; the plugin's answer is checked by the plugin host.
+    fn check(
+        &mut self,
+        kind: String,
+        subjects: Vec<plugins::Subject>,
+    ) -> wasmtime::Result<Result<Vec<plugins::Problem>, types::Error>> {
+        let Some(plugin) = self.plugins.by_kind(&kind) else {
+            let error = ApiError::new(Code::NotFound, format!("no plugin serves the kind {kind:?}"));
+            return Ok(Err(into_wit_error(error)));
+        };
+        let subjects: Vec<Subject> = subjects
+            .into_iter()
+            .map(|subject| Subject {
+                object: subject.object,
+                previous: subject.previous,
+                references: subject.references,
+            })
+            .collect();
+        Ok(plugin
+            .check(&subjects)
+            .map(|findings| {
+                findings
+                    .into_iter()
+                    .map(|finding| plugins::Problem {
+                        subject: finding.subject,
+                        path: finding.path,
+                        message: finding.message,
+                    })
+                    .collect()
+            })
+            .map_err(into_wit_error))
     }
 }

@@ -19,6 +19,7 @@ use crate::calls::auth::Caller;
 use crate::calls::registry::Registry;
 use crate::db::Conn;
 use crate::metrics::{Exhausted, Metrics};
+use crate::plugins::Plugins;
 
 wasmtime::component::bindgen!({
     world: "fleet-planner",
@@ -65,13 +66,37 @@ pub struct Sandbox {
     planner: FleetPlannerPre<Guest>,
     budget: Budget,
     metrics: Metrics,
-    stop_ticker: Arc<AtomicBool>,
+    /// The module plugins whose kinds and checks the planner's `plugins` import serves.
+    plugins: Arc<Plugins>,
+    _ticker: Ticker,
 }
 
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+/// Advances an engine's epoch every [`TICK`] until dropped: the clock of CPU budgets.
+pub(crate) struct Ticker(Arc<AtomicBool>);
+
+impl Ticker {
+    pub(crate) fn start(engine: &Engine) -> anyhow::Result<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (engine, stopped) = (engine.clone(), stop.clone());
+        std::thread::Builder::new().name("fleet-epoch".into()).spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(TICK);
+                engine.increment_epoch();
+            }
+        })?;
+        Ok(Ticker(stop))
     }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The epoch ticks a CPU budget lasts.
+pub(crate) fn ticks(cpu: Duration) -> u64 {
+    (cpu.as_millis() / TICK.as_millis()).max(1) as u64
 }
 
 /// What a planner call needs from the host while it runs.
@@ -88,11 +113,13 @@ pub struct Session {
 pub struct Guest {
     session: Session,
     limits: Limits,
+    plugins: Arc<Plugins>,
 }
 
-struct Limits {
-    memory_bytes: usize,
-    exhausted: bool,
+/// A store's memory cap, and whether a guest hit it.
+pub(crate) struct Limits {
+    pub(crate) memory_bytes: usize,
+    pub(crate) exhausted: bool,
 }
 
 impl ResourceLimiter for Limits {
@@ -127,20 +154,18 @@ impl Sandbox {
         metrics: Metrics,
     ) -> anyhow::Result<Sandbox> {
         let engine = engine(budget)?;
-        let component = compile(&engine, component, cache_dir)?;
+        let component = compile(&engine, component, cache_dir, "planner")?;
         let mut linker = Linker::new(&engine);
         FleetPlanner::add_to_linker::<Guest, HasSelf<Guest>>(&mut linker, |guest| guest)?;
         let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        let ticker_engine = engine.clone();
-        let stop = stop_ticker.clone();
-        std::thread::Builder::new().name("fleet-epoch".into()).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(TICK);
-                ticker_engine.increment_epoch();
-            }
-        })?;
-        Ok(Sandbox { engine, planner, budget, metrics, stop_ticker })
+        let _ticker = Ticker::start(&engine)?;
+        let plugins = Arc::new(Plugins::default());
+        Ok(Sandbox { engine, planner, budget, metrics, plugins, _ticker })
+    }
+
+    /// The sandbox, with the module plugins the planner plans.
+    pub fn with_plugins(self, plugins: Arc<Plugins>) -> Sandbox {
+        Sandbox { plugins, ..self }
     }
 
     /// Runs one entry point in a fresh instance and returns the session (so the caller
@@ -149,11 +174,11 @@ impl Sandbox {
         let started = std::time::Instant::now();
         let metrics = &self.metrics;
         metrics.sandbox_instances.inc();
-        let guest = Guest { session, limits: Limits { memory_bytes: self.budget.memory_bytes, exhausted: false } };
+        let limits = Limits { memory_bytes: self.budget.memory_bytes, exhausted: false };
+        let guest = Guest { session, limits, plugins: self.plugins.clone() };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
-        let ticks = (self.budget.cpu.as_millis() / TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(ticks(self.budget.cpu));
         store.epoch_deadline_trap();
 
         let result = self.planner.instantiate(&mut store).and_then(|planner| {
@@ -227,14 +252,19 @@ fn engine(budget: Budget) -> anyhow::Result<Engine> {
 /// artifact is kept on disk, named by the component's hash and the engine's
 /// compatibility hash, with a checksum beside it. Only artifacts this host wrote, for
 /// this exact component and engine configuration, are ever loaded.
-fn compile(engine: &Engine, component: &[u8], cache_dir: Option<&Path>) -> anyhow::Result<Component> {
+pub(crate) fn compile(
+    engine: &Engine,
+    component: &[u8],
+    cache_dir: Option<&Path>,
+    label: &str,
+) -> anyhow::Result<Component> {
     let Some(cache_dir) = cache_dir else {
         return Ok(Component::new(engine, component)?);
     };
     let mut hasher = std::hash::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let key = format!("{}-{:016x}", &sha256_hex(component)[..32], hasher.finish());
-    let artifact = cache_dir.join(format!("planner-{key}.cwasm"));
+    let artifact = cache_dir.join(format!("{label}-{key}.cwasm"));
     let checksum = artifact.with_extension("sha256");
     if let (Ok(bytes), Ok(expected)) = (std::fs::read(&artifact), std::fs::read_to_string(&checksum))
         && sha256_hex(&bytes) == expected.trim()
@@ -250,7 +280,7 @@ fn compile(engine: &Engine, component: &[u8], cache_dir: Option<&Path>) -> anyho
     }
     let compiled = Component::new(engine, component)?;
     if let Err(error) = write_artifact(cache_dir, &artifact, &checksum, &compiled) {
-        tracing::warn!(%error, dir = %cache_dir.display(), "cannot cache the compiled planner");
+        tracing::warn!(%error, dir = %cache_dir.display(), "cannot cache the compiled {label}");
     }
     Ok(compiled)
 }
@@ -268,7 +298,7 @@ fn write_artifact(cache_dir: &Path, artifact: &Path, checksum: &Path, component:
     Ok(())
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(bytes))
 }
 

@@ -38,6 +38,9 @@ enum Command {
     /// Creates tenants and tokens directly on the database.
     #[command(subcommand)]
     Admin(Admin),
+    /// Module plugins (SPEC §10).
+    #[command(subcommand)]
+    Plugin(PluginCommand),
     /// Writes the planner component this binary embeds (for other hosts, e.g. jco).
     Component {
         /// The file to write.
@@ -169,6 +172,25 @@ struct Serve {
     /// The browser preview's assets, built by `npm run build` in preview/ (default: the workspace's target/preview).
     #[arg(long, env = "FLEET_PREVIEW_DIR")]
     preview_dir: Option<PathBuf>,
+    /// A module plugin to load (a component of wit/module); repeat for more.
+    #[arg(long = "plugin", value_name = "FILE.wasm")]
+    plugins: Vec<PathBuf>,
+    /// A plugin check's CPU budget per call.
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    plugin_cpu: Duration,
+    /// A plugin check's memory cap per call, in MiB.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    plugin_memory_mib: u32,
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Validates a module plugin as `serve --plugin` would and prints its descriptor as
+    /// JSON; exit code 1 with the reason when it is not a valid plugin.
+    Inspect {
+        /// The plugin component.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -358,6 +380,11 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             println!("revoked {id}; every server on this database refuses it from the next request on");
             Ok(())
         }
+        Command::Plugin(PluginCommand::Inspect { file }) => {
+            let descriptor = fleet::plugins::inspect(&file)?;
+            println!("{}", serde_json::to_string_pretty(&descriptor)?);
+            Ok(())
+        }
         Command::Component { output } => {
             std::fs::write(&output, fleet::planner::PLANNER)
                 .with_context(|| format!("writing {}", output.display()))?;
@@ -416,12 +443,16 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     if let Some(preview_dir) = serve.preview_dir {
         config.preview_dir = preview_dir;
     }
+    config.plugins = serve.plugins;
+    config.plugin_budget.cpu = serve.plugin_cpu;
+    config.plugin_budget.memory_bytes = (serve.plugin_memory_mib as usize) << 20;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        // Everything that can refuse to start (the database, plugins) before listening.
+        let app = App::new(config)?;
         let listener = tokio::net::TcpListener::bind(&serve.listen)
             .await
             .with_context(|| format!("cannot listen on {}", serve.listen))?;
-        let app = App::new(config)?;
         let address = listener.local_addr()?;
         if serve.demo {
             let seeded = app.clone();
