@@ -62,7 +62,6 @@ pub struct Plugin {
 }
 
 /// The plugins of a deployment, in the order they were given.
-#[derive(Default)]
 pub struct Plugins {
     plugins: Vec<Arc<Plugin>>,
     /// Their descriptors, in the JSON form of the planner's `plugins.kinds`.
@@ -70,12 +69,19 @@ pub struct Plugins {
     _ticker: Option<Ticker>,
 }
 
+impl Default for Plugins {
+    /// No plugins.
+    fn default() -> Plugins {
+        Plugins { plugins: Vec::new(), kinds_json: "[]".into(), _ticker: None }
+    }
+}
+
 impl Plugins {
     /// Loads every plugin at `paths`: the first that cannot be loaded is the error,
     /// naming its file and the reason.
     pub fn load(paths: &[PathBuf], budget: Budget, cache_dir: Option<&Path>) -> anyhow::Result<Plugins> {
         if paths.is_empty() {
-            return Ok(Plugins { kinds_json: "[]".into(), ..Plugins::default() });
+            return Ok(Plugins::default());
         }
         let engine = engine()?;
         let _ticker = Some(Ticker::start(&engine)?);
