@@ -1,7 +1,7 @@
 // The plan preview page: loads the tenant's snapshot once, plans every edit in the
 // browser with the planner component, and applies through the server.
 
-import { COMPONENT_JS, PlannerError, loadPlanner } from './planner.js';
+import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
 
 const ASSETS = new URL('/preview/assets/', location.href);
 const API = '/api/compute/';
@@ -13,7 +13,7 @@ function kindTitle(kind) {
 }
 
 /** Members of a snapshot that are not sections of objects. */
-const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings']);
+const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings', 'plugins']);
 
 const $ = (id) => document.getElementById(id);
 
@@ -75,6 +75,27 @@ function getCoreModule(name) {
   return coreModules.get(name);
 }
 
+/**
+ * A module plugin transpiled by `preview/build.sh` into `plugins/<digest>/`: its
+ * component module and core modules, or an explanation of how to transpile it.
+ */
+async function importPlugin(digest) {
+  const base = new URL(`plugins/${digest}/`, ASSETS);
+  const url = new URL('plugin.js', base);
+  const probe = await fetch(url, { method: 'GET', cache: 'no-cache' });
+  if (!probe.ok) {
+    const message = `a module plugin of this server (sha256 ${digest}) is not transpiled for the preview: ` +
+      'run preview/build.sh with the plugin file';
+    throw Object.assign(new Error(message), { missingAssets: true });
+  }
+  const cores = new Map();
+  const getCoreModule = (name) => {
+    if (!cores.has(name)) cores.set(name, WebAssembly.compileStreaming(fetch(new URL(name, base))));
+    return cores.get(name);
+  };
+  return [await import(url.href), getCoreModule];
+}
+
 /** Imports the transpiled component, or explains how to build it. */
 async function importComponent() {
   if (componentModule) return componentModule;
@@ -96,7 +117,8 @@ async function loadTenant() {
     api('fleet/export', {}),
   ]);
   session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
-  session.planner = await loadPlanner(component, getCoreModule, snapshot);
+  session.plugins = await loadPlugins(snapshot, importPlugin);
+  session.planner = await loadPlanner(component, getCoreModule, snapshot, session.plugins);
   session.snapshot = snapshot;
   session.exported = JSON.stringify(exported.document, null, 2);
   const objects = Object.entries(snapshot)
@@ -169,7 +191,9 @@ function planOnce() {
     if (!(error instanceof PlannerError)) throw error;
     if (error.code === 'INTERNAL') {
       // A trapped instance is not used again; plan the next edit on a fresh one.
-      loadPlanner(componentModule, getCoreModule, session.snapshot).then((planner) => (session.planner = planner));
+      loadPlugins(session.snapshot, importPlugin)
+        .then((plugins) => loadPlanner(componentModule, getCoreModule, session.snapshot, (session.plugins = plugins)))
+        .then((planner) => (session.planner = planner));
     }
     showPlanError(error);
   }

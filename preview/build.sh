@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Builds the browser preview's assets: the planner component the `fleet` binary embeds,
-# transpiled by jco for JavaScript, into target/preview/ (gitignored; the server's
-# default --preview-dir). Nothing here is committed.
+# and the module plugins the page may meet, transpiled by jco for JavaScript, into
+# target/preview/ (gitignored; the server's default --preview-dir). Nothing here is
+# committed.
+#
+#   preview/build.sh [PLUGIN.wasm ...]
+#
+# Plugins: those named, else every plugin the workspace builds beside the binary
+# (target/<profile>/plugins/*.wasm). Each goes to plugins/<sha256 of the file>/, the
+# name the server gives it in the snapshot, so the page runs exactly the plugin the
+# server loaded (docs/decisions/0011).
 #
 #   FLEET_BIN=path/to/fleet   use this binary instead of building one with cargo
 #   PREVIEW_OUT=dir           write elsewhere (then serve with --preview-dir dir)
@@ -37,6 +45,26 @@ trap 'rm -rf "$work"' EXIT
   --no-typescript \
   --no-wasi-shim \
   --quiet
+
+# Module plugins: they import nothing, so they need no shim either.
+plugins=("$@")
+if [[ ${#plugins[@]} -eq 0 ]]; then
+  shopt -s nullglob
+  plugins=("$(dirname "$FLEET_BIN")"/plugins/*.wasm)
+  shopt -u nullglob
+fi
+for plugin in "${plugins[@]}"; do
+  digest="$(sha256sum "$plugin" | cut -d' ' -f1)"
+  "$jco" transpile "$plugin" \
+    --name plugin \
+    --out-dir "$work/out/plugins/$digest" \
+    --instantiation async \
+    --no-nodejs-compat \
+    --no-typescript \
+    --no-wasi-shim \
+    --quiet
+  echo "plugin $plugin -> plugins/$digest/"
+done
 
 # YAML documents in the page: js-yaml's one-file ES module (pinned in package-lock.json).
 cp "$here/node_modules/js-yaml/dist/js-yaml.mjs" "$work/out/js-yaml.mjs"

@@ -27,7 +27,10 @@ function apiCode(witCode) {
 }
 
 /** Members of a snapshot that are not sections of objects. */
-const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings']);
+const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings', 'plugins']);
+
+/** The interface a module plugin exports (`wit/module`), as jco names it. */
+export const PLUGIN_EXPORT = 'compute:module/plugin@0.1.0';
 
 /** Kinds of the snapshot when it names none: the six built-in ones. */
 const BUILT_IN_KINDS = ['site', 'providerAccount', 'pool', 'ownerQuota', 'offer', 'flavor'];
@@ -148,10 +151,47 @@ export function encodeState(snapshot) {
 }
 
 /**
- * The `compute:fleet/state` and `compute:fleet/methods` imports, answered from a
- * snapshot in the JSON form of `compute.preview.snapshot`, encoded once.
+ * The `compute:fleet/plugins` import: the snapshot's plugin kinds, and their checks run
+ * by the plugins' own components (transpiled by jco, instantiated by the page),
+ * `plugins` mapping a kind to its plugin's `compute:module/plugin` export. A kind with
+ * no plugin here, or a plugin that throws or answers garbage, is the plan's error.
  */
-export function adapters(snapshot) {
+function pluginAdapters(snapshot, plugins) {
+  const kinds = JSON.stringify((snapshot.plugins ?? []).map(({ descriptor }) => descriptor));
+  const failure = (message) => ({ tag: 'err', val: { code: 'internal', message, details: '' } });
+  return {
+    kinds: () => kinds,
+    check: (kind, subjects) => {
+      const plugin = plugins.get(kind);
+      if (!plugin) return failure(`no plugin for the kind ${kind} is loaded in this page`);
+      let problems;
+      try {
+        problems = plugin.check(
+          subjects.map(({ object, previous, references }) => ({
+            object,
+            previous: previous ?? undefined,
+            references: references.map(([field, referenced]) => ({ field, object: referenced })),
+          })),
+        );
+      } catch (thrown) {
+        return failure(`plugin ${kind} failed: ${thrown?.message ?? thrown}`);
+      }
+      const garbage = !Array.isArray(problems) || problems.some(
+        (problem) => !(problem.subject < subjects.length) || typeof problem.path !== 'string' ||
+          typeof problem.message !== 'string',
+      );
+      if (garbage) return failure(`plugin ${kind} answered its check with garbage`);
+      return { tag: 'ok', val: problems.map(({ subject, path, message }) => ({ subject, path, message })) };
+    },
+  };
+}
+
+/**
+ * The `compute:fleet/state`, `compute:fleet/methods` and `compute:fleet/plugins`
+ * imports, answered from a snapshot in the JSON form of `compute.preview.snapshot`,
+ * encoded once, and the page's plugin instances (a Map of kind to plugin export).
+ */
+export function adapters(snapshot, plugins = new Map()) {
   const state = encodeState(snapshot);
   const caller = { tenant: snapshot.caller?.tenant ?? '', principal: snapshot.caller?.principal ?? '' };
   // A fresh copy per call: the planner owns what it is given.
@@ -169,6 +209,7 @@ export function adapters(snapshot) {
       },
     }),
   };
+  const pluginImports = pluginAdapters(snapshot, plugins);
   // jco's bindings look imports up by the unversioned name; its typings use the
   // versioned one. Both point at the same adapters.
   return {
@@ -176,7 +217,25 @@ export function adapters(snapshot) {
     [`compute:fleet/state@${WIT_VERSION}`]: imports,
     'compute:fleet/methods': methods,
     [`compute:fleet/methods@${WIT_VERSION}`]: methods,
+    'compute:fleet/plugins': pluginImports,
+    [`compute:fleet/plugins@${WIT_VERSION}`]: pluginImports,
   };
+}
+
+/**
+ * Instantiates the module plugins a snapshot names, each transpiled by jco (as
+ * `preview/build.sh` does) into a directory named by the plugin file's SHA-256:
+ * `load(digest)` returns `[componentModule, getCoreModule]` for that directory.
+ * Returns the Map of kind to plugin export that `loadPlanner` takes.
+ */
+export async function loadPlugins(snapshot, load) {
+  const plugins = new Map();
+  for (const { descriptor, digest } of snapshot.plugins ?? []) {
+    const [module, getCoreModule] = await load(digest);
+    const root = await module.instantiate(getCoreModule, {});
+    plugins.set(descriptor.kind, root.plugin ?? root[PLUGIN_EXPORT]);
+  }
+  return plugins;
 }
 
 /** Calls an export and turns a WIT `error` into a PlannerError. */
@@ -203,15 +262,16 @@ function call(entry, request) {
 
 /**
  * Loads the transpiled component. `componentModule` is the imported `fleet_planner.js`;
- * `getCoreModule(name)` returns (a promise of) the compiled core module `name`.
+ * `getCoreModule(name)` returns (a promise of) the compiled core module `name`;
+ * `plugins` maps the snapshot's plugin kinds to their instances (`loadPlugins`).
  * Returns a host with `plan`, `export` and `apply`, each taking the request JSON text
  * and returning the planner's JSON text unchanged (or throwing a PlannerError).
  *
  * A component instance is cheap to keep: the planner keeps nothing between calls, and
  * every call reads the state afresh through the adapters.
  */
-export async function loadPlanner(componentModule, getCoreModule, snapshot) {
-  const root = await componentModule.instantiate(getCoreModule, adapters(snapshot));
+export async function loadPlanner(componentModule, getCoreModule, snapshot, plugins = new Map()) {
+  const root = await componentModule.instantiate(getCoreModule, adapters(snapshot, plugins));
   const planner = root.planner ?? root[`compute:fleet/planner@${WIT_VERSION}`];
   return {
     plan: (request) => call(planner.plan, request),

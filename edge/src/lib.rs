@@ -185,8 +185,27 @@ fn state(origin: &dyn Origin, path: &str, authorization: &str) -> Result<Snapsho
     let not_a_state =
         |why: String| unavailable(format!("the origin answered with something other than a state: {why}"));
     let text = std::str::from_utf8(&reply.body).map_err(|_| not_a_state("not UTF-8".into()))?;
-    let json = fleet_guest::json::parse(text).map_err(|_| not_a_state("not JSON".into()))?;
+    let mut json = fleet_guest::json::parse(text).map_err(|_| not_a_state("not JSON".into()))?;
+    without_plugin_kinds(&mut json);
     Snapshot::from_json(&Catalog::built_in(), &json).map_err(|error| not_a_state(error.message))
+}
+
+/// The edge runs no module plugins (their components are the origin's): it plans the
+/// built-in kinds and leaves the tables of plugin kinds out, so that a document with a
+/// plugin's section is an unknown section here (docs/decisions/0011).
+fn without_plugin_kinds(state: &mut serde_json::Value) {
+    let Some(members) = state.as_object_mut() else { return };
+    let plugins = members.remove("plugins").unwrap_or_default();
+    for plugin in plugins.as_array().into_iter().flatten() {
+        if let Some(section) = plugin["descriptor"]["section"].as_str() {
+            members.remove(section);
+        }
+        if let (Some(kind), Some(modules)) =
+            (plugin["descriptor"]["kind"].as_str(), members.get_mut("modules").and_then(|m| m.as_array_mut()))
+        {
+            modules.retain(|module| module != kind);
+        }
+    }
 }
 
 #[cfg(test)]

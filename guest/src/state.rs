@@ -190,7 +190,7 @@ impl Snapshot {
         };
         writer.modules(modules.iter().map(String::as_str));
         for (section, objects) in members {
-            if matches!(section.as_str(), "caller" | "modules" | "bindings") {
+            if matches!(section.as_str(), "caller" | "modules" | "bindings" | "plugins") {
                 continue;
             }
             let Json::Array(objects) = objects else {

@@ -6,10 +6,10 @@
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { ARTIFACTS, REPO, estate, startServer, tempDir } from './support.mjs';
+import { ARTIFACTS, FLEET_BIN, REPO, estate, startServer, tempDir } from './support.mjs';
 
 // playwright-core is installed with the page's tooling, in preview/node_modules.
 const require = createRequire(join(REPO, 'preview/package.json'));
@@ -45,13 +45,13 @@ after(async () => {
 });
 
 /** Opens the page with the token in the fragment and waits for the first plan. */
-async function open() {
+async function open(on = server, with_token = token) {
   const page = await browser.newPage();
   const problems = [];
-  page.on('request', (request) => request.url().includes(token) && problems.push(`token in a URL: ${request.url()}`));
+  page.on('request', (request) => request.url().includes(with_token) && problems.push(`token in a URL: ${request.url()}`));
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
   page.on('console', (message) => message.type() === 'error' && problems.push(`console: ${message.text()}`));
-  await page.goto(`${server.base}/preview#token=${token}`);
+  await page.goto(`${on.base}/preview#token=${with_token}`);
   await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
   return { page, problems };
 }
@@ -329,4 +329,36 @@ test('an apply refused with CONFIG_DRIFT says what moved', async () => {
   assert.doesNotMatch(outcome, /sha256:/, 'what moved, not hashes');
   // The browser logs the refused request itself; nothing else went wrong.
   assert.deepEqual(problems.filter((problem) => !problem.includes('status of 409')), []);
+});
+
+test('a document with a plugin section plans in the browser to the server planHash', async () => {
+  // The plugin the workspace builds beside the binary, which preview/build.sh transpiled.
+  const plugin = join(dirname(FLEET_BIN), 'plugins', 'reservations.wasm');
+  const withPlugin = await startServer(['--plugin', plugin]);
+  try {
+    const own = withPlugin.tenantWithToken('acme');
+    await withPlugin.ok(own, 'fleet/apply', { document: estate() });
+    const { page, problems } = await open(withPlugin, own);
+    const exported = (await withPlugin.ok(own, 'fleet/export', {})).document;
+    const edited = structuredClone(exported);
+    edited.reservations = {
+      'ml-week': { pool: 'gpu-a', owner: 'team-research', vcpus: 8, gpus: 1,
+        startsAt: '2026-12-01T00:00:00Z', endsAt: '2026-12-08T00:00:00Z', note: 'quarter end' },
+      backwards: { pool: 'gpu-a', owner: 'team-research', startsAt: '2026-12-08T00:00:00Z',
+        endsAt: '2026-12-01T00:00:00Z' },
+    };
+    await edit(page, edited);
+    const view = await shown(page);
+    const planned = await withPlugin.call(own, 'fleet/plan', { document: edited, prune: false });
+    assert.equal(planned.status, 200);
+    assert.equal(planned.json.summary.blocked, 1, planned.text);
+    assert.equal(planned.json.blocked[0].reason, 'endsAt must be later than startsAt');
+    assert.equal(view.hash, planned.json.planHash, 'the browser ran the plugin check as the server did');
+    assert.equal(view.json, planned.text, 'the browser plan is the server plan, byte for byte');
+    assert.ok(view.lines.some((line) => line.startsWith('+ reservation ml-week: create (pool gpu-a')), view.lines.join('\n'));
+    await page.screenshot({ path: join(ARTIFACTS, 'preview-plugin-plan.png'), fullPage: true });
+    assert.deepEqual(problems, []);
+  } finally {
+    await withPlugin.stop();
+  }
 });

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use fleet_guest::Catalog;
 use fleet_guest::grammar::{self, is_name};
 use fleet_guest::kinds::FieldType;
+use fleet_guest::plugins::PluginKind;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
@@ -73,9 +74,11 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
             .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the browser preview.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false}),
-                json!({"type": "object", "required": ["caller", "modules", "bindings"], "properties": {
+                json!({"type": "object", "required": ["caller", "modules", "bindings", "plugins"], "properties": {
                     "caller": {"type": "object"}, "modules": {"type": "array", "items": {"type": "string"}},
-                    "bindings": {"type": "array", "items": {"type": "object"}}}}),
+                    "bindings": {"type": "array", "items": {"type": "object"}},
+                    "plugins": {"type": "array", "items": {"type": "object", "required": ["descriptor", "digest"],
+                        "properties": {"descriptor": {"type": "object"}, "digest": {"type": "string"}}}}}}),
             ),
     );
 }
@@ -94,7 +97,14 @@ pub fn answers_state(method: &str) -> bool {
 /// planner (the browser preview, the edge) plans from it with no further round trip.
 pub fn state(app: &App, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
     let snapshot = db::transaction(db, db::Tx::Read, |db| app.state.snapshot(db, caller))?;
-    Ok(snapshot.to_json(&app.modules.catalog).to_string())
+    let mut state = snapshot.to_json(&app.modules.catalog);
+    let plugins: Vec<Value> = app
+        .plugins
+        .iter()
+        .map(|plugin| json!({"descriptor": PluginKind::of(plugin.kind), "digest": plugin.digest}))
+        .collect();
+    state["plugins"] = Value::Array(plugins);
+    Ok(state.to_string())
 }
 
 fn snapshot(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {

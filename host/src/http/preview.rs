@@ -73,10 +73,9 @@ pub async fn serve(preview_dir: &Path, path: &str) -> Response<Body> {
     let Some(name) = path.strip_prefix(ASSETS_PREFIX) else {
         return error_response(&ApiError::not_found(format!("no preview file at {path}")));
     };
-    let Some(content_type) = asset_type(name) else {
+    let Some((file, content_type)) = asset(preview_dir, name) else {
         return error_response(&ApiError::not_found(format!("no preview asset named {name:?}")));
     };
-    let file = preview_dir.join(name);
     match tokio::task::spawn_blocking(move || std::fs::read(file)).await {
         Ok(Ok(bytes)) => response(Bytes::from(bytes), content_type),
         Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -91,6 +90,17 @@ pub async fn serve(preview_dir: &Path, path: &str) -> Response<Body> {
             error_response(&ApiError::new(Code::Internal, "the preview asset could not be read"))
         }
     }
+}
+
+/// The file and content type of an asset: a plain name of the preview directory, or of
+/// a transpiled plugin's directory, `plugins/<sha256 hex>/<plain name>`.
+fn asset(preview_dir: &Path, name: &str) -> Option<(PathBuf, &'static str)> {
+    if let Some(rest) = name.strip_prefix("plugins/") {
+        let (digest, file) = rest.split_once('/')?;
+        let hex = digest.len() == 64 && digest.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+        return hex.then(|| asset_type(file).map(|ty| (preview_dir.join("plugins").join(digest).join(file), ty)))?;
+    }
+    asset_type(name).map(|ty| (preview_dir.join(name), ty))
 }
 
 /// The content type of an asset name, or `None` for anything that is not a plain
@@ -125,7 +135,8 @@ fn response(body: Bytes, content_type: &'static str) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::asset_type;
+    use super::{asset, asset_type};
+    use std::path::Path;
 
     #[test]
     fn assets_are_plain_js_and_wasm_names_only() {
@@ -146,6 +157,22 @@ mod tests {
             "/etc/passwd",
         ] {
             assert_eq!(asset_type(name), None, "{name:?} must not be served");
+        }
+    }
+
+    #[test]
+    fn plugin_assets_are_plain_names_under_a_digest() {
+        let digest = "ab".repeat(32);
+        let (file, _) = asset(Path::new("/p"), &format!("plugins/{digest}/plugin.core.wasm")).unwrap();
+        assert_eq!(file, Path::new("/p/plugins").join(&digest).join("plugin.core.wasm"));
+        for name in [
+            format!("plugins/{digest}/../../fleet.db"),
+            format!("plugins/{digest}/a/plugin.js"),
+            format!("plugins/{}/plugin.js", "AB".repeat(32)),
+            "plugins/../plugin.js".to_owned(),
+            "plugins/ab/plugin.js".to_owned(),
+        ] {
+            assert!(asset(Path::new("/p"), &name).is_none(), "{name:?} must not be served");
         }
     }
 }
