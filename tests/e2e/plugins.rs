@@ -400,3 +400,45 @@ fn a_hostile_plugin_costs_one_request_an_error_and_nothing_else() {
     let (status, _) = server.get("/healthz");
     assert_eq!(status, 200);
 }
+
+/// The example in Python (componentize-py) next to the one in Rust: the contract is the
+/// WIT world, whatever the language. Compiling CPython's component takes a while the
+/// first time; the compiled artifact is cached like the planner's.
+#[test]
+fn both_example_plugins_load_together_and_the_python_one_checks_its_rules() {
+    let (rust, python) = (reservations(), example("maintenance-windows"));
+    let server = Server::start(&["--plugin", &rust, "--plugin", &python]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let site = server.ok(&token, "sites/list", json!({}))["items"][0]["id"].as_str().unwrap().to_owned();
+
+    let window =
+        |starts: &str, ends: &str| json!({"site": site, "startsAt": starts, "endsAt": ends, "reason": "kernel"});
+    let (status, body) =
+        server.call(&token, "maintenance/create", window("2026-12-01T02:00:00Z", "2026-12-09T02:00:00Z"));
+    assert_eq!((status, problem_paths(&body)), (400, vec!["/endsAt".to_owned()]), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("at most 7 days"), "{body}");
+    let (_, body) = server.call(&token, "maintenance/create", window("2026-02-30T02:00:00Z", "2026-12-01T02:00:00Z"));
+    assert_eq!(problem_paths(&body), ["/startsAt"], "{body}");
+    let created = server.ok(&token, "maintenance/create", window("2026-12-01T02:00:00Z", "2026-12-01T06:00:00Z"));
+    assert!(created["id"].as_str().unwrap().starts_with("mw_"));
+    assert_eq!(created["drain"], false);
+
+    // Both plugin sections in one document: planned with each plugin's reasons, applied.
+    let mut document = with_reservations(json!({
+        "ml-week": reservation("gpu-a", "2026-12-01T00:00:00Z", "2026-12-08T00:00:00Z", 8),
+    }));
+    document["maintenanceWindows"] = json!({
+        "patching": {"site": "eu-west", "startsAt": "2026-12-05T00:00:00Z", "endsAt": "2026-12-04T00:00:00Z"},
+    });
+    let plan = server.ok(&token, "fleet/plan", json!({"document": document}));
+    assert_eq!(plan["blocked"][0]["kind"], "maintenanceWindow", "{plan}");
+    assert_eq!(plan["blocked"][0]["field"], "endsAt");
+    document["maintenanceWindows"]["patching"]["endsAt"] = json!("2026-12-05T04:00:00Z");
+    let applied = server.ok(&token, "fleet/apply", json!({"document": document}));
+    assert_eq!(applied["applied"], 2, "{applied}");
+    let exported = server.ok(&token, "fleet/export", json!({}))["document"].clone();
+    assert_eq!(exported["maintenanceWindows"]["patching"]["site"], "eu-west");
+    assert_eq!(exported["reservations"]["ml-week"]["pool"], "gpu-a");
+    assert_eq!(methods(&server.ok(&token, "fleet/plan", json!({"document": exported}))), Vec::<&str>::new());
+}
