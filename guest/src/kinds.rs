@@ -501,6 +501,35 @@ mod tests {
         assert_eq!(names, ["account", "class", "gpus", "labels", "memoryMib", "owner", "site", "vcpus"]);
     }
 
+    fn plugin(kind: &str, prefix: &str, references: &[&str]) -> &'static Descriptor {
+        let fields: Vec<String> = references
+            .iter()
+            .map(|target| format!(r#"{{"name": "{target}Ref", "type": "ref", "ref": "{target}", "required": true, "immutable": false}}"#))
+            .collect();
+        let json = format!(
+            r#"{{"group": "{kind}s", "kind": "{kind}", "section": "{kind}s", "idPrefix": "{prefix}", "removal": "delete", "fields": [{}]}}"#,
+            fields.join(",")
+        );
+        serde_json::from_str::<crate::plugins::PluginKind>(&json).unwrap().into_descriptor().unwrap()
+    }
+
+    #[test]
+    fn plugin_kinds_follow_the_built_in_ones_each_after_what_it_references() {
+        let (zone, lease, alarm) =
+            (plugin("zone", "zn", &["site"]), plugin("lease", "ls", &["zone", "pool"]), plugin("alarm", "al", &[]));
+        let catalog = Catalog::with_plugins(&[lease, zone, alarm]).unwrap();
+        let order: Vec<&str> = catalog.iter().map(|(_, kind)| kind.kind).collect();
+        assert_eq!(&order[6..], ["alarm", "zone", "lease"], "ties by name, then references");
+        let cycle = (plugin("egg", "eg", &["hen"]), plugin("hen", "hn", &["egg"]));
+        let (kind, reason) = Catalog::with_plugins(&[cycle.0, cycle.1]).unwrap_err();
+        assert_eq!(kind, "egg");
+        assert!(reason.contains("cycle"), "{reason}");
+        let (kind, reason) = Catalog::with_plugins(&[plugin("probe", "pr", &["gizmo"])]).unwrap_err();
+        assert_eq!((kind, reason.as_str()), ("probe", "its field gizmoRef references gizmo, a kind no module serves"));
+        let (kind, reason) = Catalog::with_plugins(&[plugin("flavor", "fl", &[])]).unwrap_err();
+        assert_eq!((kind, reason.as_str()), ("flavor", "its kind is that of the built-in kind flavor"));
+    }
+
     #[test]
     fn references_resolve_to_earlier_kinds() {
         let catalog = Catalog::built_in();

@@ -442,3 +442,22 @@ fn both_example_plugins_load_together_and_the_python_one_checks_its_rules() {
     assert_eq!(exported["reservations"]["ml-week"]["pool"], "gpu-a");
     assert_eq!(methods(&server.ok(&token, "fleet/plan", json!({"document": exported}))), Vec::<&str>::new());
 }
+
+#[test]
+fn a_plugin_kind_that_archives_is_archived_restored_and_pruned_by_archiving() {
+    let dir = tempfile::tempdir().unwrap();
+    let archiving = hostile_with(dir.path(), "archiving.wasm", hazard(json!({"removal": "archive"})));
+    let server = Server::start(&["--plugin", &archiving]);
+    let token = server.tenant_with_token("acme");
+    let created = server.ok(&token, "hazards/create", json!({"mode": "calm"}));
+    assert_eq!(created["archived"], false);
+    let (status, _) = server.call(&token, "hazards/delete", json!({"id": created["id"]}));
+    assert_eq!(status, 404, "a kind that archives has no delete");
+    assert_eq!(server.ok(&token, "hazards/archive", json!({"id": created["id"]}))["archived"], true);
+    assert_eq!(server.ok(&token, "hazards/restore", json!({"id": created["id"]}))["archived"], false);
+    let plan = server.ok(&token, "fleet/plan", json!({"document": {}, "prune": true}));
+    assert_eq!(methods(&plan), ["compute.hazards.archive"], "{plan}");
+    server.ok(&token, "fleet/apply", json!({"document": {}, "prune": true}));
+    assert_eq!(server.ok(&token, "hazards/get", json!({"id": created["id"]}))["archived"], true);
+    assert!(server.ok(&token, "fleet/export", json!({}))["document"]["hazards"].as_object().unwrap().is_empty());
+}
