@@ -4,7 +4,9 @@
 //! component on the same state snapshot, a bare instantiate-and-call, plans and a small
 //! plan's throughput over HTTP against the real server in this process, a bare hyper
 //! handler as the throughput ceiling, a large apply, the same plans through the edge
-//! component (served in process by wasmtime-wasi-http), and the peak resident memory.
+//! component (served in process by wasmtime-wasi-http), a plan of an estate half of
+//! which is a module plugin's objects and a plugin check's own cost, and the peak
+//! resident memory.
 //! Times are medians (p50) over repeated runs.
 
 use std::convert::Infallible;
@@ -105,8 +107,26 @@ fn creates(objects: usize) -> Value {
            "pools": pools, "flavors": flavors})
 }
 
+/// The document with `count` reservations (the example plugin's kind) spread over its
+/// pools, each with `note`.
+fn with_reservations(document: &Value, count: usize, note: &str) -> Value {
+    let pools: Vec<String> =
+        document["pools"].as_object().map(|pools| pools.keys().cloned().collect()).unwrap_or_default();
+    let mut reservations = serde_json::Map::new();
+    for index in 0..count {
+        reservations.insert(
+            format!("rsv-{index}"),
+            json!({"pool": pools[index % pools.len()], "owner": format!("team-{}", index % 50), "vcpus": 8, "gpus": 1,
+                   "startsAt": "2026-12-01T00:00:00Z", "endsAt": "2026-12-08T00:00:00Z", "note": note}),
+        );
+    }
+    let mut document = document.clone();
+    document["reservations"] = Value::Object(reservations);
+    document
+}
+
 /// The same document with one pool in a hundred changed, so the plan has work to show.
-fn changed(document: &Value) -> Value {
+fn with_changed_pools(document: &Value) -> Value {
     let mut changed = document.clone();
     if let Some(pools) = changed["pools"].as_object_mut() {
         for (index, pool) in pools.values_mut().enumerate() {
@@ -247,16 +267,19 @@ async fn run(args: Args) -> Result<()> {
     config.budget.cpu = Duration::from_secs(60);
     config.budget.memory_bytes = 1 << 30;
     config.body_limit = 64 << 20;
+    config.plugins = vec![std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm")];
     let app = App::new(config)?;
-    let (token, small_token) = {
+    let (token, small_token, plugins_token) = {
         let db = app.db.get()?;
         let now = "2026-11-30T00:00:00Z";
         auth::create_tenant(&db, "bench", now)?;
         auth::create_tenant(&db, "small", now)?;
+        auth::create_tenant(&db, "plugins", now)?;
         let all = ["compute:*:* @ *".to_owned()];
         (
             auth::create_token(&db, "bench", "alice", &all, now, None)?,
             auth::create_token(&db, "small", "alice", &all, now, None)?,
+            auth::create_token(&db, "plugins", "alice", &all, now, None)?,
         )
     };
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -266,7 +289,7 @@ async fn run(args: Args) -> Result<()> {
         let _ = stopped.await;
     }));
     let http = reqwest::Client::new();
-    let post = |method: &'static str, body: Value| {
+    let post_as = |token: &String, method: &'static str, body: Value| {
         let (http, base, token) = (http.clone(), base.clone(), token.clone());
         async move {
             let response =
@@ -279,6 +302,7 @@ async fn run(args: Args) -> Result<()> {
             Ok::<Value, anyhow::Error>(serde_json::from_str(&text)?)
         }
     };
+    let post = |method: &'static str, body: Value| post_as(&token, method, body);
 
     // The large apply: the estate is created through the real path.
     let document = document(args.objects);
@@ -296,7 +320,7 @@ async fn run(args: Args) -> Result<()> {
     }
 
     // Native and component planner on the same snapshot.
-    let changed = changed(&document);
+    let changed = with_changed_pools(&document);
     let request = json!({"document": changed}).to_string();
     let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: Vec::new() };
     let snapshot: Snapshot = {
@@ -380,6 +404,37 @@ async fn run(args: Args) -> Result<()> {
     }
     let http_plan = median(samples);
 
+    // Module plugins (SPEC §10): an estate of as many objects, half of them reservations
+    // (the example plugin's kind), applied, then planned over HTTP with every
+    // reservation changed, so that the plan checks all of them (one batch); and one
+    // plugin check by itself: a fresh instance and a call.
+    let built_in = fleet::demo::large_document(args.objects.div_ceil(2).saturating_sub(4 + 50) / 3);
+    let reservations = args.objects.saturating_sub(count(&built_in));
+    let with_plugin = with_reservations(&built_in, reservations, "");
+    let plugin_objects = count(&with_plugin);
+    let applied = post_as(&plugins_token, "apply", json!({"document": with_plugin})).await?;
+    if applied["applied"].as_u64() != Some(plugin_objects as u64) {
+        bail!("the apply ran {} calls for {plugin_objects} objects", applied["applied"]);
+    }
+    let plugin_changed = json!({"document": with_reservations(&with_changed_pools(&built_in), reservations, "moved")});
+    let mut samples = Vec::new();
+    for _ in 0..args.runs {
+        let started = Instant::now();
+        let plan = post_as(&plugins_token, "plan", plugin_changed.clone()).await?;
+        samples.push(started.elapsed());
+        if plan["summary"]["update"].as_u64() < Some(reservations as u64) {
+            bail!("the plan with plugin objects updates {} objects", plan["summary"]["update"]);
+        }
+    }
+    let http_plan_plugins = median(samples);
+    let plugin = app.plugins.by_kind("reservation").ok_or_else(|| anyhow::anyhow!("the plugin is not loaded"))?;
+    let subject = fleet_guest::plugins::Subject {
+        object: r#"{"endsAt":"2026-12-08T00:00:00Z","gpus":1,"id":"rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa","note":"","owner":"ml","pool":"pool_aaaaaaaaaaaaaaaaaaaaaaaaaa","startsAt":"2026-12-01T00:00:00Z","vcpus":8}"#.into(),
+        previous: None,
+        references: vec![("pool".into(), r#"{"id":"pool_aaaaaaaaaaaaaaaaaaaaaaaaaa","vcpus":64,"gpus":8}"#.into())],
+    };
+    let plugin_check = time(2001, || plugin.check(std::slice::from_ref(&subject)).expect("the check runs"));
+
     // 100k objects, all to be created, over HTTP (this server's budgets are the
     // benchmark's, larger than the defaults).
     // A plan that fails (a limit) is reported as null, with the error.
@@ -447,6 +502,9 @@ async fn run(args: Args) -> Result<()> {
         "wasm_over_native": wasm_plan.as_secs_f64() / native_plan.as_secs_f64(),
         "instantiate_us_p50": instantiate.as_secs_f64() * 1e6,
         "http_plan_ms_p50": ms(http_plan),
+        "http_plan_plugins_ms_p50": ms(http_plan_plugins),
+        "plugin_objects_planned": reservations,
+        "plugin_check_us_p50": plugin_check.as_secs_f64() * 1e6,
         "http_small_plan_ms_p50": ms(small_plan),
         "http_small_plan_rps": small_rps,
         "http_hello_rps": hello_rps,
@@ -475,6 +533,16 @@ async fn run(args: Args) -> Result<()> {
         "target <= 20 us",
     );
     row("plan over HTTP (p50)", format!("{:.1} ms", ms(http_plan)), "target <= 150 ms");
+    row(
+        "plan, half plugin objects",
+        format!("{:.1} ms", ms(http_plan_plugins)),
+        "the same size, every plugin object checked",
+    );
+    row(
+        "plugin check (one object)",
+        format!("{:.1} us", plugin_check.as_secs_f64() * 1e6),
+        "a fresh instance and a call",
+    );
     let plan_100k = http_plan_100k.map_or_else(|| "failed".to_owned(), |ms| format!("{ms:.0} ms"));
     row("100k-object plan over HTTP", plan_100k, "target <= 1000 ms");
     row("largest estate planned", format!("{max_objects} objects"), "target >= 200000");
