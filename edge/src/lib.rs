@@ -260,6 +260,21 @@ mod tests {
     }
 
     #[test]
+    fn plugin_kinds_are_left_to_the_origin() {
+        let mut with_plugin = state();
+        with_plugin["modules"].as_array_mut().unwrap().push(json!("reservation"));
+        with_plugin["reservations"] = json!([{"id": "rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "owner": "ml"}]);
+        with_plugin["plugins"] = json!([{"digest": "00", "descriptor": {"group": "reservations",
+            "kind": "reservation", "section": "reservations", "idPrefix": "rsv", "removal": "delete", "fields": []}}]);
+        let origin = reply(200, &with_plugin.to_string());
+        let snapshot: Snapshot = serde_json::from_value(state()).unwrap();
+        let exported = post("/api/compute/fleet/export", "", &origin);
+        assert_eq!(exported.body, fleet_guest::export(&snapshot, "{}").unwrap().into_bytes());
+        let planned = post("/api/compute/fleet/plan", r#"{"document": {"reservations": {}}}"#, &origin);
+        assert_eq!((planned.status, code(&planned)), (400, "INVALID_ARGUMENT".into()));
+    }
+
+    #[test]
     fn the_origins_refusal_passes_through_and_its_failures_are_unavailable() {
         let refused = r#"{"error":{"code":"UNAUTHENTICATED","message":"unknown token"}}"#;
         let answer = post("/api/compute/fleet/plan", "{}", &reply(401, refused));

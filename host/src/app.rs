@@ -114,6 +114,15 @@ impl App {
         let sandbox =
             Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?.with_plugins(plugins.clone());
         let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
+        for plugin in plugins.iter() {
+            if let Some((field, kind)) = plugin.kind.references().find(|(_, kind)| !modules.runs(kind)) {
+                anyhow::bail!(
+                    "plugin {}: its field {field} references {kind}, a kind no module of this deployment serves \
+                     (see --modules)",
+                    plugin.path.display()
+                );
+            }
+        }
         let mut registry = Registry::default();
         modules.register(&mut registry);
         fleet::register(&mut registry, &catalog);

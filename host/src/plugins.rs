@@ -37,6 +37,11 @@ pub const SUPPORTED: &str = "0.1";
 /// API groups that serve no kind: a plugin cannot take them.
 const FLEET_GROUPS: [&str; 4] = ["fleet", "preview", "audit", "events"];
 
+/// The most objects one run of a check judges: a plan with more checks them in
+/// batches, each in a fresh instance with the whole budget, so that a plugin's budget
+/// bounds a batch, not the size of the estate.
+const BATCH: usize = 256;
+
 /// The largest plugin file.
 const MAX_FILE: u64 = 256 << 20;
 /// The most problems a check may answer per subject, and the longest path and message.
@@ -199,8 +204,22 @@ impl Plugin {
         self.path.file_name().unwrap_or(self.path.as_os_str()).to_string_lossy().into_owned()
     }
 
-    /// Runs the plugin's check on `subjects` in a fresh instance and checks its answer.
+    /// Runs the plugin's check on `subjects`, [`BATCH`] at a time, each batch in a fresh
+    /// instance with the whole budget, and checks every answer.
     pub fn check(&self, subjects: &[Subject]) -> Result<Vec<Finding>, ApiError> {
+        let mut findings = Vec::new();
+        for (index, batch) in subjects.chunks(BATCH).enumerate() {
+            let offset = (index * BATCH) as u32;
+            findings.extend(
+                self.check_batch(batch)?
+                    .into_iter()
+                    .map(|finding| Finding { subject: finding.subject + offset, ..finding }),
+            );
+        }
+        Ok(findings)
+    }
+
+    fn check_batch(&self, subjects: &[Subject]) -> Result<Vec<Finding>, ApiError> {
         let name = self.name();
         let subjects: Vec<types::Subject> = subjects
             .iter()

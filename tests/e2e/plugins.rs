@@ -334,6 +334,11 @@ fn a_plugin_that_cannot_be_loaded_stops_serve_naming_the_file_and_the_reason() {
         (&[&reservations(), &copy], &copy, "its kind is that of the plugin kind reservation"),
         (&[&missing], &missing, "cannot read it"),
     ];
+    let without_pools = refused(&["--plugin", &reservations(), "--modules", "sites,accounts"]);
+    assert!(
+        without_pools.contains("its field pool references pool, a kind no module of this deployment serves"),
+        "{without_pools}"
+    );
     for (plugins, file, reason) in cases {
         let flags: Vec<&str> = plugins.iter().flat_map(|plugin| ["--plugin", plugin]).collect();
         let stderr = refused(&flags);
