@@ -1,8 +1,9 @@
 """Schemathesis hooks for fleet's API fuzzing in CI (.ci/api-fuzz).
 
-SPEC §8 allows a schema-valid request to be refused for the state it meets. Two such
+SPEC §8 allows a schema-valid request to be refused for the state it meets. Three such
 refusals answer 400 and no schema can express them: a change to an immutable field
-(SPEC §4), and an offer `to` its pool's own owner (SPEC §4). schemathesis.toml turns
+(SPEC §4), an offer `to` its pool's own owner (SPEC §4), and a module plugin's own
+rules (SPEC §10: the example `reservations` plugin's times and capacities). schemathesis.toml turns
 the stock positive_data_acceptance check off (its per-operation switch does not reach
 the stateful phase); this check takes its place everywhere: schema-valid data must be
 accepted exactly as the stock check demands, except for those two refusals on the
@@ -20,6 +21,16 @@ STATE_RULES = {
     "/api/compute/flavors/update",
     "/api/compute/offers/create",
     "/api/compute/offers/update",
+    "/api/compute/reservations/create",
+    "/api/compute/reservations/update",
+}
+
+# The reservations plugin's rules (plugins/reservations): their paths and messages.
+PLUGIN_RULES = {
+    "/startsAt": "startsAt must be an RFC 3339 UTC time",
+    "/endsAt": ("endsAt must be an RFC 3339 UTC time", "endsAt must be later than startsAt"),
+    "/vcpus": "vcpus ",
+    "/gpus": "gpus ",
 }
 
 ACCEPTED = {"2", "3"}
@@ -30,6 +41,8 @@ ALSO_ACCEPTED = {401, 403, 404, 409, 429}
 def documented(problem):
     message = problem.get("message", "")
     if message.startswith("is immutable: it cannot change from"):
+        return True
+    if problem.get("path") in PLUGIN_RULES and message.startswith(PLUGIN_RULES[problem["path"]]):
         return True
     # The kinds' `Differs` rule (docs/decisions/0008): "to is the owner of pool <id> (<owner>)".
     return problem.get("path") == "/to" and message.startswith("to is the owner of pool ")
