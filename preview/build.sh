@@ -34,19 +34,18 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$FLEET_BIN" component -o "$work/fleet_planner.wasm"
 
+# transpile COMPONENT NAME DIR
 # --instantiation async: the page passes the WIT imports (the module adapters) in.
 # --no-nodejs-compat: browser output (the tests give Node.js compiled modules themselves).
-# No WASI shim is needed: the component imports only compute:fleet.
-"$jco" transpile "$work/fleet_planner.wasm" \
-  --name fleet_planner \
-  --out-dir "$work/out" \
-  --instantiation async \
-  --no-nodejs-compat \
-  --no-typescript \
-  --no-wasi-shim \
-  --quiet
+# No WASI shim is needed: the planner imports only compute:fleet, plugins nothing.
+transpile() {
+  "$jco" transpile "$1" --name "$2" --out-dir "$3" \
+    --instantiation async --no-nodejs-compat --no-typescript --no-wasi-shim --quiet
+}
 
-# Module plugins: they import nothing, so they need no shim either.
+transpile "$work/fleet_planner.wasm" fleet_planner "$work/out"
+
+# Module plugins: those named, else those built beside the binary.
 plugins=("$@")
 if [[ ${#plugins[@]} -eq 0 ]]; then
   shopt -s nullglob
@@ -55,14 +54,7 @@ if [[ ${#plugins[@]} -eq 0 ]]; then
 fi
 for plugin in "${plugins[@]}"; do
   digest="$(sha256sum "$plugin" | cut -d' ' -f1)"
-  "$jco" transpile "$plugin" \
-    --name plugin \
-    --out-dir "$work/out/plugins/$digest" \
-    --instantiation async \
-    --no-nodejs-compat \
-    --no-typescript \
-    --no-wasi-shim \
-    --quiet
+  transpile "$plugin" plugin "$work/out/plugins/$digest"
   echo "plugin $plugin -> plugins/$digest/"
 done
 

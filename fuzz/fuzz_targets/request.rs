@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(!has_control(&body), "accepted a control character: {body}");
     let catalog = Arc::new(Catalog::built_in());
     for (position, _) in catalog.iter() {
-        let module = Module::new(catalog.clone(), position);
+        let module = Module::new(catalog.clone(), position, None);
         for create in [true, false] {
             let Ok(mut input) = Input::new(body.clone()) else { return };
             let fields = read_fields(&module, &mut input, create);

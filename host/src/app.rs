@@ -102,7 +102,7 @@ impl App {
         let db = db::open_with(&config.db_path, options)?;
         let metrics = Metrics::new();
         let cache_dir = config.cache_dir.as_deref();
-        let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir)?);
+        let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
         let catalog = Arc::new(plugins.catalog()?);
         {
             let conn = db.get()?;

@@ -21,6 +21,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, Store, Trap};
 
 use crate::api::{ApiError, Code};
+use crate::metrics::{Exhausted, Metrics};
 use crate::planner::{Budget, Limits, Ticker, compile, sha256_hex, ticks};
 
 wasmtime::component::bindgen!({ world: "module-plugin", path: "../wit/module" });
@@ -64,6 +65,8 @@ pub struct Plugin {
     pub digest: String,
     pre: ModulePluginPre<Limits>,
     budget: Budget,
+    /// Its instances, exhausted budgets and traps count as the planner's (SPEC §13).
+    metrics: Metrics,
 }
 
 /// The plugins of a deployment, in the order they were given.
@@ -84,7 +87,12 @@ impl Default for Plugins {
 impl Plugins {
     /// Loads every plugin at `paths`: the first that cannot be loaded is the error,
     /// naming its file and the reason.
-    pub fn load(paths: &[PathBuf], budget: Budget, cache_dir: Option<&Path>) -> anyhow::Result<Plugins> {
+    pub fn load(
+        paths: &[PathBuf],
+        budget: Budget,
+        cache_dir: Option<&Path>,
+        metrics: &Metrics,
+    ) -> anyhow::Result<Plugins> {
         if paths.is_empty() {
             return Ok(Plugins::default());
         }
@@ -92,7 +100,7 @@ impl Plugins {
         let _ticker = Some(Ticker::start(&engine)?);
         let mut plugins = Vec::with_capacity(paths.len());
         for path in paths {
-            let plugin = Plugin::load(&engine, path, budget, cache_dir)
+            let plugin = Plugin::load(&engine, path, budget, cache_dir, metrics)
                 .map_err(|reason| anyhow::anyhow!("plugin {}: {reason}", path.display()))?;
             plugins.push(Arc::new(plugin));
         }
@@ -139,7 +147,13 @@ fn engine() -> anyhow::Result<Engine> {
 }
 
 impl Plugin {
-    fn load(engine: &Engine, path: &Path, budget: Budget, cache_dir: Option<&Path>) -> Result<Plugin, String> {
+    fn load(
+        engine: &Engine,
+        path: &Path,
+        budget: Budget,
+        cache_dir: Option<&Path>,
+        metrics: &Metrics,
+    ) -> Result<Plugin, String> {
         let size = std::fs::metadata(path).map_err(|error| format!("cannot read it: {error}"))?.len();
         if size > MAX_FILE {
             return Err(format!("it is {size} bytes; a plugin is at most {} MiB", MAX_FILE >> 20));
@@ -189,14 +203,15 @@ impl Plugin {
             .map_err(|error| format!("its exports do not match {INTERFACE}@{SUPPORTED}: {error:#}"))?;
         let digest = sha256_hex(&bytes);
         let name = path.file_name().unwrap_or(path.as_os_str()).to_string_lossy();
-        let described = run(&pre, budget, &name, |plugin, store| plugin.compute_module_plugin().call_describe(store))
-            .map_err(|error| format!("its describe failed: {}", error.message))?;
+        let described =
+            run(&pre, budget, &name, metrics, |plugin, store| plugin.compute_module_plugin().call_describe(store))
+                .map_err(|error| format!("its describe failed: {}", error.message))?;
         let kind =
             form(described).into_descriptor().map_err(|reason| format!("its descriptor is invalid: {reason}"))?;
         if FLEET_GROUPS.contains(&kind.group) {
             return Err(format!("its group {:?} is one of fleet's own API groups", kind.group));
         }
-        Ok(Plugin { path: path.to_owned(), kind, digest, pre, budget })
+        Ok(Plugin { path: path.to_owned(), kind, digest, pre, budget, metrics: metrics.clone() })
     }
 
     /// The file's name, for messages.
@@ -233,7 +248,7 @@ impl Plugin {
                     .collect(),
             })
             .collect();
-        let problems = run(&self.pre, self.budget, &name, |plugin, store| {
+        let problems = run(&self.pre, self.budget, &name, &self.metrics, |plugin, store| {
             plugin.compute_module_plugin().call_check(store, &subjects)
         })?;
         let garbage = |what: String| ApiError::internal(format_args!("plugin {name} answered its check with {what}"));
@@ -279,8 +294,10 @@ fn run<T>(
     pre: &ModulePluginPre<Limits>,
     budget: Budget,
     name: &str,
+    metrics: &Metrics,
     call: impl FnOnce(&ModulePlugin, &mut Store<Limits>) -> wasmtime::Result<T>,
 ) -> Result<T, ApiError> {
+    metrics.sandbox_instances.inc();
     let mut store = Store::new(pre.engine(), Limits { memory_bytes: budget.memory_bytes, exhausted: false });
     store.limiter(|limits| limits);
     store.set_epoch_deadline(ticks(budget.cpu));
@@ -288,10 +305,13 @@ fn run<T>(
     let result = pre.instantiate(&mut store).and_then(|plugin| call(&plugin, &mut store));
     result.map_err(|trap| {
         if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            metrics.exhausted(Exhausted::Cpu);
             ApiError::new(Code::ResourceExhausted, format!("plugin {name} ran out of its CPU budget"))
         } else if store.data().exhausted {
+            metrics.exhausted(Exhausted::Memory);
             ApiError::new(Code::ResourceExhausted, format!("plugin {name} ran out of its memory budget"))
         } else {
+            metrics.sandbox_traps.inc();
             ApiError::internal(format_args!("plugin {name} failed: {trap:#}"))
         }
     })
@@ -334,10 +354,10 @@ fn form(descriptor: types::Descriptor) -> PluginKind {
     }
 }
 
-/// `fleet plugin inspect`: loads one plugin as `serve` would, alone, and gives its
-/// descriptor's JSON form.
-pub fn inspect(path: &Path) -> anyhow::Result<PluginKind> {
-    let plugins = Plugins::load(&[path.to_owned()], default_budget(), None)?;
+/// `fleet plugin inspect`: loads one plugin as `serve` would, alone (compiled into
+/// `cache_dir`, where `serve` finds it), and gives its descriptor's JSON form.
+pub fn inspect(path: &Path, cache_dir: Option<&Path>) -> anyhow::Result<PluginKind> {
+    let plugins = Plugins::load(&[path.to_owned()], default_budget(), cache_dir, &Metrics::new())?;
     let plugin = plugins.iter().next().ok_or_else(|| anyhow::anyhow!("no plugin"))?;
     Ok(PluginKind::of(plugin.kind))
 }

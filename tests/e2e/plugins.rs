@@ -404,6 +404,13 @@ fn a_hostile_plugin_costs_one_request_an_error_and_nothing_else() {
     assert_eq!(server.ok(&token, "fleet/export", json!({}))["document"]["hazards"].as_object().unwrap().len(), 1);
     let (status, _) = server.get("/healthz");
     assert_eq!(status, 200);
+    // Plugin sandboxes count as sandboxes.
+    let (_, metrics) = server.get("/metrics");
+    for line in ["fleet_sandbox_exhausted_total{budget=\"cpu\"}", "fleet_sandbox_exhausted_total{budget=\"memory\"}"] {
+        let count =
+            metrics.lines().find_map(|found| found.strip_prefix(line)).and_then(|n| n.trim().parse::<f64>().ok());
+        assert!(count.is_some_and(|count| count >= 2.0), "{line}: {metrics}");
+    }
 }
 
 /// The example in Python (componentize-py) next to the one in Rust: the contract is the

@@ -381,7 +381,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             Ok(())
         }
         Command::Plugin(PluginCommand::Inspect { file }) => {
-            let descriptor = fleet::plugins::inspect(&file)?;
+            let descriptor = fleet::plugins::inspect(&file, default_cache_dir().as_deref())?;
             println!("{}", serde_json::to_string_pretty(&descriptor)?);
             Ok(())
         }
@@ -394,6 +394,13 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             bail!("client commands do not use the database")
         }
     }
+}
+
+/// Where compiled components are kept between runs unless `--cache-dir` says otherwise.
+fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(|dir| PathBuf::from(dir).join("fleet"))
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")))
 }
 
 /// A duration longer than zero, e.g. `10s`.
@@ -436,10 +443,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     config.busy_timeout = serve.busy_timeout;
     config.budget.cpu = serve.sandbox_cpu;
     config.budget.memory_bytes = serve.sandbox_memory_mib << 20;
-    config.cache_dir = serve
-        .cache_dir
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("fleet")))
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")));
+    config.cache_dir = serve.cache_dir.or_else(default_cache_dir);
     if let Some(preview_dir) = serve.preview_dir {
         config.preview_dir = preview_dir;
     }
