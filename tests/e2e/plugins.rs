@@ -271,6 +271,23 @@ fn hostile_with(dir: &Path, name: &str, descriptor: Value) -> String {
     write(dir, name, &bytes)
 }
 
+/// The hostile plugin as if built against another version of the plugin package.
+fn hostile_of_version(version: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(HOSTILE).unwrap();
+    let mut replaced = 0;
+    for interface in ["plugin", "types"] {
+        let from = format!("compute:module/{interface}@0.1.0");
+        let to = format!("compute:module/{interface}@{version}");
+        assert_eq!(from.len(), to.len());
+        while let Some(at) = bytes.windows(from.len()).position(|window| window == from.as_bytes()) {
+            bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
+            replaced += 1;
+        }
+    }
+    assert!(replaced > 0);
+    bytes
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     let path: PathBuf = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
@@ -296,15 +313,7 @@ fn a_plugin_that_cannot_be_loaded_stops_serve_naming_the_file_and_the_reason() {
     let status = Command::new(FLEET).arg("component").arg("-o").arg(&planner).status().unwrap();
     assert!(status.success());
     let planner = planner.display().to_string();
-    let mut bytes = std::fs::read(HOSTILE).unwrap();
-    let (from, to) = (b"compute:module/plugin@0.1.0", b"compute:module/plugin@0.2.0");
-    let mut replaced = 0;
-    while let Some(at) = bytes.windows(from.len()).position(|window| window == from) {
-        bytes[at..at + to.len()].copy_from_slice(to);
-        replaced += 1;
-    }
-    assert!(replaced > 0);
-    let newer = write(dir, "newer.wasm", &bytes);
+    let newer = write(dir, "newer.wasm", &hostile_of_version("0.2.0"));
     let camel = hostile_with(dir, "camel.wasm", hazard(json!({"kind": "Hazard", "idPrefix": "h"})));
     let reserved = hostile_with(
         dir,
@@ -472,4 +481,15 @@ fn a_plugin_kind_that_archives_is_archived_restored_and_pruned_by_archiving() {
     server.ok(&token, "fleet/apply", json!({"document": {}, "prune": true}));
     assert_eq!(server.ok(&token, "hazards/get", json!({"id": created["id"]}))["archived"], true);
     assert!(server.ok(&token, "fleet/export", json!({}))["document"]["hazards"].as_object().unwrap().is_empty());
+}
+
+#[test]
+fn a_plugin_of_a_later_patch_release_of_the_package_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let patched = write(dir.path(), "patch.wasm", &hostile_of_version("0.1.7"));
+    let server = Server::start(&["--plugin", &patched]);
+    let token = server.tenant_with_token("acme");
+    assert_eq!(server.ok(&token, "hazards/create", json!({"mode": "calm"}))["mode"], "calm");
+    let (status, body) = server.call(&token, "hazards/create", json!({"mode": "refuse"}));
+    assert_eq!((status, problem_paths(&body)), (400, vec!["/mode".to_owned()]), "its check runs: {body}");
 }
