@@ -48,14 +48,10 @@ impl Host for Imports {
         Ok(plugins::kinds())
     }
 
-    fn check(&self, kind: &str, subjects: &[Subject]) -> Result<Vec<Finding>, Error> {
+    fn check(&self, kind: &str, subjects: Vec<Subject>) -> Result<Vec<Finding>, Error> {
         let subjects: Vec<plugins::Subject> = subjects
-            .iter()
-            .map(|subject| plugins::Subject {
-                object: subject.object.clone(),
-                previous: subject.previous.clone(),
-                references: subject.references.clone(),
-            })
+            .into_iter()
+            .map(|Subject { object, previous, references }| plugins::Subject { object, previous, references })
             .collect();
         let problems = plugins::check(kind, &subjects).map_err(from_wit_error)?;
         Ok(problems

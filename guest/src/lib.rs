@@ -62,7 +62,7 @@ pub trait Host {
     }
     /// Runs the check of the plugin that serves `kind` on `subjects` (SPEC §10). Only
     /// called for plugin kinds, so a host without plugins is never asked.
-    fn check(&self, kind: &str, _subjects: &[plugins::Subject]) -> Result<Vec<plugins::Finding>, Error> {
+    fn check(&self, kind: &str, _subjects: Vec<plugins::Subject>) -> Result<Vec<plugins::Finding>, Error> {
         Err(Error::new(ErrorCode::Internal, format!("this host runs no plugin for the kind {kind}")))
     }
 }

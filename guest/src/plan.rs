@@ -640,6 +640,9 @@ impl<'a> Planner<'a> {
         let descriptor = self.estate.kind(kind);
         let mut subjects = Vec::new();
         let mut positions = Vec::new();
+        // Per kind, the objects referenced so far, written: many objects reference the
+        // same few, and each is written once per check.
+        let mut referenced: Vec<HashMap<String, String>> = vec![HashMap::default(); self.estate.catalog.len()];
         for (position, entry) in self.entries[kind].iter().enumerate() {
             let (Some(id), false) = (entry.id(), matches!(entry.target, Target::UnknownId)) else { continue };
             let Some(values) = self.desired(kind, entry) else { continue };
@@ -654,15 +657,19 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             }
-            let references = descriptor
-                .fields
-                .iter()
-                .enumerate()
-                .filter_map(|(index, field)| {
-                    let target = self.estate.catalog.target(kind, index)?;
-                    Some((field.name.to_owned(), self.object_after(target, values[index].as_text())?))
-                })
-                .collect();
+            let mut references = Vec::new();
+            for (index, field) in descriptor.fields.iter().enumerate() {
+                let Some(target) = self.estate.catalog.target(kind, index) else { continue };
+                let id = values[index].as_text();
+                let written = match referenced[target].get(id) {
+                    Some(written) => written,
+                    None => match self.object_after(target, id) {
+                        Some(written) => referenced[target].entry(id.to_owned()).or_insert(written),
+                        None => continue,
+                    },
+                };
+                references.push((field.name.to_owned(), written.clone()));
+            }
             subjects.push(Subject {
                 object: object_json(descriptor, id, |position| &values[position]),
                 previous: current.map(|current| object_json(descriptor, &current.key, |at| &current.values[at])),
@@ -673,7 +680,7 @@ impl<'a> Planner<'a> {
         if subjects.is_empty() {
             return Ok(());
         }
-        for finding in host.check(descriptor.kind, &subjects)? {
+        for finding in host.check(descriptor.kind, subjects)? {
             let Some(&position) = positions.get(finding.subject as usize) else { continue };
             let name = finding.path.strip_prefix('/').map(|path| path.split('/').next().unwrap_or_default());
             let field = descriptor.fields.iter().find(|field| Some(field.name) == name).map(|field| field.name);

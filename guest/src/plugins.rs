@@ -268,7 +268,7 @@ mod tests {
             Ok(serde_json::to_string(&[reservations()]).unwrap())
         }
 
-        fn check(&self, kind: &str, subjects: &[Subject]) -> Result<Vec<Finding>, crate::Error> {
+        fn check(&self, kind: &str, subjects: Vec<Subject>) -> Result<Vec<Finding>, crate::Error> {
             assert_eq!(kind, "reservation");
             self.asked.borrow_mut().extend(subjects.iter().cloned());
             let vcpus = |text: &str| serde_json::from_str::<Json>(text).unwrap()["vcpus"].as_u64().unwrap();

@@ -445,7 +445,7 @@ async fn run(args: Args) -> Result<()> {
         previous: None,
         references: vec![("pool".into(), r#"{"id":"pool_aaaaaaaaaaaaaaaaaaaaaaaaaa","vcpus":64,"gpus":8}"#.into())],
     };
-    let plugin_check = time(2001, || plugin.check(std::slice::from_ref(&subject)).expect("the check runs"));
+    let plugin_check = time(2001, || plugin.check([subject.clone()]).expect("the check runs"));
 
     // 100k objects, all to be created, over HTTP (this server's budgets are the
     // benchmark's, larger than the defaults).

@@ -16,11 +16,11 @@ use crate::fleet::{self, events};
 use crate::http::connection::Limits;
 use crate::metrics::Metrics;
 use crate::modules::Modules;
+use crate::planner::{self, Budget, Sandbox};
+use crate::plugins::Plugins;
 
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
-use crate::planner::{self, Budget, Sandbox};
-use crate::plugins::Plugins;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -103,7 +103,7 @@ impl App {
         let metrics = Metrics::new();
         let cache_dir = config.cache_dir.as_deref();
         let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
-        let catalog = Arc::new(plugins.catalog()?);
+        let catalog = Arc::new(plugins.catalog().clone());
         {
             let conn = db.get()?;
             for plugin in plugins.iter() {

@@ -72,6 +72,8 @@ pub struct Plugin {
 /// The plugins of a deployment, in the order they were given.
 pub struct Plugins {
     plugins: Vec<Arc<Plugin>>,
+    /// The built-in kinds and the plugins', in planning order.
+    catalog: Catalog,
     /// Their descriptors, in the JSON form of the planner's `plugins.kinds`.
     kinds_json: String,
     _ticker: Option<Ticker>,
@@ -80,7 +82,7 @@ pub struct Plugins {
 impl Default for Plugins {
     /// No plugins.
     fn default() -> Plugins {
-        Plugins { plugins: Vec::new(), kinds_json: "[]".into(), _ticker: None }
+        Plugins { plugins: Vec::new(), catalog: Catalog::built_in(), kinds_json: "[]".into(), _ticker: None }
     }
 }
 
@@ -105,15 +107,14 @@ impl Plugins {
             plugins.push(Arc::new(plugin));
         }
         let kinds: Vec<&'static Descriptor> = plugins.iter().map(|plugin| plugin.kind).collect();
-        if let Err((kind, reason)) = Catalog::with_plugins(&kinds) {
+        let catalog = Catalog::with_plugins(&kinds).map_err(|(kind, reason)| {
             // Of two plugins of one kind, the later file is the one that does not fit.
             let path = plugins.iter().rev().find(|plugin| plugin.kind.kind == kind).map(|plugin| plugin.path.display());
-            let path = path.map(|path| path.to_string()).unwrap_or_default();
-            anyhow::bail!("plugin {path}: {reason}");
-        }
+            anyhow::anyhow!("plugin {}: {reason}", path.map(|path| path.to_string()).unwrap_or_default())
+        })?;
         let forms: Vec<PluginKind> = kinds.iter().map(|kind| PluginKind::of(kind)).collect();
         let kinds_json = serde_json::to_string(&forms)?;
-        Ok(Plugins { plugins, kinds_json, _ticker })
+        Ok(Plugins { plugins, catalog, kinds_json, _ticker })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Plugin>> {
@@ -131,9 +132,8 @@ impl Plugins {
     }
 
     /// The catalogue of a deployment with these plugins.
-    pub fn catalog(&self) -> anyhow::Result<Catalog> {
-        let kinds: Vec<&'static Descriptor> = self.plugins.iter().map(|plugin| plugin.kind).collect();
-        Catalog::with_plugins(&kinds).map_err(|(kind, reason)| anyhow::anyhow!("plugin kind {kind}: {reason}"))
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
     }
 }
 
@@ -221,35 +221,28 @@ impl Plugin {
 
     /// Runs the plugin's check on `subjects`, [`BATCH`] at a time, each batch in a fresh
     /// instance with the whole budget, and checks every answer.
-    pub fn check(&self, subjects: &[Subject]) -> Result<Vec<Finding>, ApiError> {
+    pub fn check(&self, subjects: impl IntoIterator<Item = Subject>) -> Result<Vec<Finding>, ApiError> {
+        let mut subjects = subjects.into_iter().map(|Subject { object, previous, references }| {
+            let references = references.into_iter().map(|(field, object)| types::Reference { field, object }).collect();
+            types::Subject { object, previous, references }
+        });
         let mut findings = Vec::new();
-        for (index, batch) in subjects.chunks(BATCH).enumerate() {
-            let offset = (index * BATCH) as u32;
-            findings.extend(
-                self.check_batch(batch)?
-                    .into_iter()
-                    .map(|finding| Finding { subject: finding.subject + offset, ..finding }),
-            );
+        let mut offset = 0;
+        loop {
+            let batch: Vec<types::Subject> = subjects.by_ref().take(BATCH).collect();
+            if batch.is_empty() {
+                return Ok(findings);
+            }
+            let found = self.check_batch(&batch)?;
+            findings.extend(found.into_iter().map(|finding| Finding { subject: finding.subject + offset, ..finding }));
+            offset += batch.len() as u32;
         }
-        Ok(findings)
     }
 
-    fn check_batch(&self, subjects: &[Subject]) -> Result<Vec<Finding>, ApiError> {
+    fn check_batch(&self, subjects: &[types::Subject]) -> Result<Vec<Finding>, ApiError> {
         let name = self.name();
-        let subjects: Vec<types::Subject> = subjects
-            .iter()
-            .map(|subject| types::Subject {
-                object: subject.object.clone(),
-                previous: subject.previous.clone(),
-                references: subject
-                    .references
-                    .iter()
-                    .map(|(field, object)| types::Reference { field: field.clone(), object: object.clone() })
-                    .collect(),
-            })
-            .collect();
         let problems = run(&self.pre, self.budget, &name, &self.metrics, |plugin, store| {
-            plugin.compute_module_plugin().call_check(store, &subjects)
+            plugin.compute_module_plugin().call_check(store, subjects)
         })?;
         let garbage = |what: String| ApiError::internal(format_args!("plugin {name} answered its check with {what}"));
         if problems.len() > MAX_PROBLEMS_PER_SUBJECT * subjects.len().max(1) {

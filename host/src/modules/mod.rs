@@ -350,7 +350,7 @@ fn check_plugin(module: &Module, ctx: &Ctx, object: &Object, previous: Option<&O
         previous: previous.map(|previous| checked_form(module.kind, previous)),
         references,
     };
-    let findings = plugin.check(&[subject])?;
+    let findings = plugin.check([subject])?;
     if findings.is_empty() {
         return Ok(());
     }

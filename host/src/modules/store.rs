@@ -1,8 +1,8 @@
 //! The one storage layer of module objects, from the descriptors: a kind's table is
-//! named by its group (a plugin's is `plugin_<group>`, made at start), its columns by its fields in snake_case (quoted, so that any
-//! field name is a column), maps as JSON text, counts and bools as integers. The
-//! module handlers, the planner's state and the preview's snapshot all read through
-//! here.
+//! named by its group (a plugin's is `plugin_<group>`, made at start), its columns by
+//! its fields in snake_case (quoted, so that any field name is a column), maps as JSON
+//! text, counts and bools as integers. The module handlers, the planner's state and the
+//! preview's snapshot all read through here.
 
 use fleet_guest::kinds::{Descriptor, FieldType};
 use fleet_guest::state::{RowWriter, StateWriter};
@@ -53,7 +53,12 @@ pub fn column(name: &str) -> String {
 /// `"plugin_<group>"` for a plugin's (made by [`prepare_plugin_table`]), which no
 /// built-in or fleet table can be.
 pub fn table(kind: &Descriptor) -> String {
-    if kind.plugin { format!("\"plugin_{}\"", kind.group) } else { kind.group.to_owned() }
+    if kind.plugin { format!("\"{}\"", plugin_table(kind)) } else { kind.group.to_owned() }
+}
+
+/// A plugin kind's table name, unquoted.
+fn plugin_table(kind: &Descriptor) -> String {
+    format!("plugin_{}", kind.group)
 }
 
 /// The SQL type of a field's column, and the default of its values.
@@ -73,7 +78,7 @@ fn sql_type(ty: FieldType) -> (&'static str, &'static str) {
 pub fn prepare_plugin_table(db: &Connection, kind: &Descriptor, read_only: bool) -> anyhow::Result<()> {
     let table = table(kind);
     let existing: Vec<(String, String)> = db
-        .prepare(&format!("SELECT name, type FROM pragma_table_info('plugin_{}')", kind.group))?
+        .prepare(&format!("SELECT name, type FROM pragma_table_info('{}')", plugin_table(kind)))?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
     let mut statements = Vec::new();
@@ -85,9 +90,9 @@ pub fn prepare_plugin_table(db: &Connection, kind: &Descriptor, read_only: bool)
         ));
         for (event, row) in [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")] {
             statements.push(format!(
-                "CREATE TRIGGER IF NOT EXISTS \"plugin_{group}_{event}_bumps_state\" AFTER {event} ON {table} BEGIN \
+                "CREATE TRIGGER IF NOT EXISTS \"{name}_{event}_bumps_state\" AFTER {event} ON {table} BEGIN \
                  UPDATE generations SET generation = generation + 1 WHERE tenant = {row}.tenant AND what = 'state'; END",
-                group = kind.group,
+                name = plugin_table(kind),
             ));
         }
     }

@@ -89,16 +89,13 @@ impl plugins::Host for Guest {
             let error = ApiError::new(Code::NotFound, format!("no plugin serves the kind {kind:?}"));
             return Ok(Err(into_wit_error(error)));
         };
-        let subjects: Vec<Subject> = subjects
-            .into_iter()
-            .map(|subject| Subject {
-                object: subject.object,
-                previous: subject.previous,
-                references: subject.references,
-            })
-            .collect();
+        let subjects = subjects.into_iter().map(|plugins::Subject { object, previous, references }| Subject {
+            object,
+            previous,
+            references,
+        });
         Ok(plugin
-            .check(&subjects)
+            .check(subjects)
             .map(|findings| {
                 findings
                     .into_iter()
