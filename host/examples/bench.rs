@@ -49,6 +49,10 @@ struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// The database of the server the HTTP figures run against: a new SQLite file in a
+    /// temp dir, or an empty PostgreSQL database (`postgres://user@host:5432/name`).
+    #[arg(long)]
+    db: Option<String>,
     /// Repeat one figure for `--seconds` and stop, for a profiler to watch
     /// (`perf record -g -- bench --profile wasm-plan`).
     #[arg(long, value_enum)]
@@ -263,25 +267,27 @@ fn main() -> Result<()> {
 
 async fn run(args: Args) -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut config = Config::new(dir.path().join("bench.db"));
+    let db = args.db.as_ref().map_or_else(|| dir.path().join("bench.db"), std::path::PathBuf::from);
+    let mut config = Config::new(db);
     config.budget.cpu = Duration::from_secs(60);
     config.budget.memory_bytes = 1 << 30;
     config.body_limit = 64 << 20;
     config.plugins = vec![std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm")];
-    let app = App::new(config)?;
-    let (token, small_token, plugins_token) = {
+    // Off the runtime's threads: the PostgreSQL client runs a runtime of its own.
+    let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
+    let (token, small_token, plugins_token) = tokio::task::block_in_place(|| -> Result<_> {
         let db = app.db.get()?;
         let now = "2026-11-30T00:00:00Z";
         auth::create_tenant(&db, "bench", now)?;
         auth::create_tenant(&db, "small", now)?;
         auth::create_tenant(&db, "plugins", now)?;
         let all = ["compute:*:* @ *".to_owned()];
-        (
+        Ok((
             auth::create_token(&db, "bench", "alice", &all, now, None)?,
             auth::create_token(&db, "small", "alice", &all, now, None)?,
             auth::create_token(&db, "plugins", "alice", &all, now, None)?,
-        )
-    };
+        ))
+    })?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -325,7 +331,7 @@ async fn run(args: Args) -> Result<()> {
     let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: Vec::new() };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
-        tokio::task::spawn_blocking(move || app.state.snapshot(&*app.db.get()?, &caller)).await??
+        tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??
     };
     let native = || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len());
     if args.profile == Some(Figure::NativePlan) {

@@ -90,23 +90,6 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-impl From<rusqlite::Error> for ApiError {
-    /// A database still locked by another writer when the busy timeout ran out is a
-    /// passing condition, not a bug: `UNAVAILABLE`, which the server answers with
-    /// `Retry-After` (SPEC §7a).
-    fn from(error: rusqlite::Error) -> ApiError {
-        let busy = matches!(
-            error.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        );
-        if busy {
-            tracing::warn!(%error, "the database stayed locked past the busy timeout");
-            return ApiError::new(Code::Unavailable, "the database is busy; try again shortly");
-        }
-        ApiError::internal(format_args!("sqlite: {error}"))
-    }
-}
-
 impl From<r2d2::Error> for ApiError {
     /// No pooled connection could be had in time (all in use, or the database cannot be
     /// opened): the database is unavailable for now.

@@ -24,6 +24,7 @@ const TOKEN_CACHE_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The database: a SQLite file, or a `postgres://` URL (`db::Location`).
     pub db_path: PathBuf,
     /// The kinds (by name) whose modules this deployment runs.
     pub modules: BTreeSet<String>,
@@ -94,6 +95,9 @@ pub struct App {
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
     pub metrics: Metrics,
+    /// This server among the replicas on its database, as leases name their holder:
+    /// `<host>:<pid>`.
+    pub replica: String,
 }
 
 impl App {
@@ -129,10 +133,18 @@ impl App {
         events::register(&mut registry);
         crate::audit::register(&mut registry);
         let (events, _) = broadcast::channel(64);
+        if let Some(listener) = db.listener(&db::Location::of(&config.db_path)) {
+            let events = events.clone();
+            listener.spawn(move || {
+                let _ = events.send(());
+            });
+        }
         let state = Arc::new(planner::state::Reader::new(modules.clone(), config.state_cache_bytes, metrics.clone()));
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let registry = Arc::new(registry);
-        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, plugins, events, metrics }))
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
+        let replica = format!("{}:{}", host.trim(), std::process::id());
+        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, plugins, events, metrics, replica }))
     }
 
     /// Whether this deployment runs the module of the kind named `kind`.

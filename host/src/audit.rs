@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
 use crate::calls::input::{Input, Page};
 use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
-use crate::db;
+use crate::db::{self, Conn};
+use crate::params;
 
 pub fn register(registry: &mut Registry) {
     let record = json!({"type": "object", "required": ["seq", "at", "principal", "method", "kind", "id", "via", "changes"],
@@ -49,47 +49,45 @@ pub struct FieldChange<'a> {
 pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldChange]) -> Result<(), ApiError> {
     let changes: Vec<Value> =
         changes.iter().map(|change| json!({"field": change.field, "from": change.from, "to": change.to})).collect();
-    ctx.db
-        .prepare_cached(
-            "INSERT INTO audit (tenant, at, principal, method, kind, object_id, via, changes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?
-        .execute(params![
-            ctx.caller.tenant,
-            db::now(),
-            ctx.caller.principal,
+    ctx.db.execute(
+        "INSERT INTO audit (tenant, at, principal, method, kind, object_id, via, changes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            &ctx.caller.tenant,
+            &db::now(),
+            &ctx.caller.principal,
             method,
             kind,
             id,
             ctx.via.as_str(),
-            Value::Array(changes).to_string()
-        ])?;
+            &Value::Array(changes).to_string()
+        ],
+    )?;
     Ok(())
 }
 
 /// Inside an apply's transaction: its records get the plan hash it applied.
-pub fn stamp_plan_hash(db: &Connection, tenant: &str, plan_hash: &str) -> Result<(), ApiError> {
-    db.prepare_cached(
+pub fn stamp_plan_hash(db: &Conn, tenant: &str, plan_hash: &str) -> Result<(), ApiError> {
+    db.execute(
         "UPDATE audit SET plan_hash = ?2 WHERE tenant = ?1 AND via = 'fleet.apply' AND plan_hash IS NULL",
-    )?
-    .execute(params![tenant, plan_hash])?;
+        params![tenant, plan_hash],
+    )?;
     Ok(())
 }
 
 /// Who last changed an object, when and through which method: `(principal, at, method)`.
 pub fn last_change(
-    db: &Connection,
+    db: &Conn,
     tenant: &str,
     kind: &str,
     id: &str,
 ) -> Result<Option<(String, String, String)>, ApiError> {
-    Ok(db
-        .prepare_cached(
-            "SELECT principal, at, method FROM audit WHERE tenant = ?1 AND kind = ?2 AND object_id = ?3
-             ORDER BY seq DESC LIMIT 1",
-        )?
-        .query_row(params![tenant, kind, id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .optional()?)
+    Ok(db.query_opt(
+        "SELECT principal, at, method FROM audit WHERE tenant = ?1 AND kind = ?2 AND object_id = ?3
+         ORDER BY seq DESC LIMIT 1",
+        params![tenant, kind, id],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?)
 }
 
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
@@ -98,31 +96,34 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let id = input.string("id", false);
     let kind = input.string("kind", false);
     input.finish()?;
-    let mut statement = ctx.db.prepare_cached(
-        "SELECT seq, at, principal, method, kind, object_id, via, plan_hash, changes FROM audit
-         WHERE tenant = ?1 AND seq > ?2 AND (?3 IS NULL OR object_id = ?3) AND (?4 IS NULL OR kind = ?4)
-         ORDER BY seq LIMIT ?5",
-    )?;
-    let rows = statement
-        .query_map(params![ctx.caller.tenant, page.after as i64, id, kind, page.limit as i64], |row| {
-            <(i64, String, String, String, String, String, String, Option<String>, String)>::try_from(row)
-        })?;
     let mut records = Vec::new();
-    for row in rows {
-        let (seq, at, principal, method, kind, id, via, plan_hash, changes) = row?;
-        let mut record = Map::new();
-        record.insert("seq".into(), json!(seq));
-        record.insert("at".into(), json!(at));
-        record.insert("principal".into(), json!(principal));
-        record.insert("method".into(), json!(method));
-        record.insert("kind".into(), json!(kind));
-        record.insert("id".into(), json!(id));
-        record.insert("via".into(), json!(via));
-        if let Some(plan_hash) = plan_hash {
-            record.insert("planHash".into(), json!(plan_hash));
-        }
-        record.insert("changes".into(), serde_json::from_str(&changes).map_err(ApiError::internal)?);
-        records.push(Value::Object(record));
-    }
+    ctx.db.for_each(
+        "SELECT seq, at, principal, method, kind, object_id, via, plan_hash, changes FROM audit
+         WHERE tenant = ?1 AND seq > ?2 AND (CAST(?3 AS TEXT) IS NULL OR object_id = ?3)
+           AND (CAST(?4 AS TEXT) IS NULL OR kind = ?4)
+         ORDER BY seq LIMIT ?5",
+        params![&ctx.caller.tenant, page.after as i64, id.as_deref(), kind.as_deref(), page.limit as i64],
+        |row| {
+            let (seq, plan_hash): (i64, Option<String>) = (row.get(0)?, row.get(7)?);
+            let [at, principal, method, kind, id, via, changes] =
+                [1, 2, 3, 4, 5, 6, 8].map(|column| row.get::<String>(column));
+            let mut record = Map::new();
+            record.insert("seq".into(), json!(seq));
+            record.insert("at".into(), json!(at?));
+            record.insert("principal".into(), json!(principal?));
+            record.insert("method".into(), json!(method?));
+            record.insert("kind".into(), json!(kind?));
+            record.insert("id".into(), json!(id?));
+            record.insert("via".into(), json!(via?));
+            if let Some(plan_hash) = plan_hash {
+                record.insert("planHash".into(), json!(plan_hash));
+            }
+            let changes = changes?;
+            let changes = serde_json::from_str(&changes).map_err(|error| db::decode(8, error))?;
+            record.insert("changes".into(), changes);
+            records.push(Value::Object(record));
+            Ok(())
+        },
+    )?;
     Ok(json!({ "records": records }))
 }

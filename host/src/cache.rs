@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension};
-
 use crate::api::ApiError;
+use crate::db::Conn;
 use crate::metrics::Metrics;
+use crate::params;
 
 /// What a generation counts writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +32,12 @@ impl Scope {
 }
 
 /// The tenant's current generation of `scope` (0 before its first write).
-pub fn generation(db: &Connection, tenant: &str, scope: Scope) -> Result<i64, ApiError> {
-    let generation = db
-        .prepare_cached("SELECT generation FROM generations WHERE tenant = ?1 AND what = ?2")?
-        .query_row([tenant, scope.as_str()], |row| row.get(0))
-        .optional()?;
+pub fn generation(db: &Conn, tenant: &str, scope: Scope) -> Result<i64, ApiError> {
+    let generation = db.query_opt(
+        "SELECT generation FROM generations WHERE tenant = ?1 AND what = ?2",
+        params![tenant, scope.as_str()],
+        |row| row.get(0),
+    )?;
     Ok(generation.unwrap_or(0))
 }
 
@@ -165,10 +166,10 @@ mod tests {
         assert_eq!(generation(&db, "acme", Scope::State).unwrap(), 0);
         let site = "INSERT INTO sites (tenant, id, region, description, labels, created_at, updated_at)
                     VALUES (?1, ?2, 'r', '', '{}', 'now', 'now')";
-        db.execute(site, ["acme", "site_aaaaaaaaaaaaaaaaaaaaaaaaaa"]).unwrap();
+        db.execute(site, params!["acme", "site_aaaaaaaaaaaaaaaaaaaaaaaaaa"]).unwrap();
         assert_eq!(generation(&db, "acme", Scope::State).unwrap(), 1);
-        db.execute("UPDATE sites SET region = 'q' WHERE tenant = 'acme'", []).unwrap();
-        db.execute("DELETE FROM sites WHERE tenant = 'acme'", []).unwrap();
+        db.execute("UPDATE sites SET region = 'q' WHERE tenant = 'acme'", &[]).unwrap();
+        db.execute("DELETE FROM sites WHERE tenant = 'acme'", &[]).unwrap();
         assert_eq!(generation(&db, "acme", Scope::State).unwrap(), 3);
         assert_eq!(generation(&db, "other", Scope::State).unwrap(), 0, "tenants count apart");
         assert_eq!(generation(&db, "acme", Scope::Tokens).unwrap(), 0);

@@ -89,7 +89,9 @@ pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
     }
     let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now, None)?;
     let applied: bool =
-        db.query_row("SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)", [TENANT], |row| row.get(0))?;
+        db.query_one("SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)", crate::params![TENANT], |row| {
+            row.get(0)
+        })?;
     if !applied && !app.config.read_only {
         let caller = auth::authenticate(&db, Some(&format!("Bearer {token}")))?;
         let method =

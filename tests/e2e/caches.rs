@@ -39,18 +39,18 @@ fn every_write_is_seen_by_the_very_next_plan_whoever_writes() {
         assert!(hits.is_some_and(|hits| hits >= 1.0), "the {cache} cache answered: {metrics}");
     }
 
-    // Another server on the same file changes the pool.
+    // Another server on the same database changes the pool.
     other.ok(&token, "pools/update", json!({"id": pool, "gpus": 16}));
     let planned = plan();
     assert_eq!(calls(&planned), ["compute.pools.update"]);
     assert_eq!(planned["changes"][0]["text"], "~ pool gpu-a: update (gpus 16 -> 8)");
 
     // Plain SQL from another connection: the database's triggers count it too.
-    let db = rusqlite::Connection::open(server.db_path()).unwrap();
-    db.execute("UPDATE pools SET gpus = 8, vcpus = 4 WHERE tenant = 'acme'", []).unwrap();
+    let mut db = server.sql();
+    db.run("UPDATE pools SET gpus = 8, vcpus = 4 WHERE tenant = 'acme'");
     let planned = plan();
     assert_eq!(planned["changes"][0]["text"], "~ pool gpu-a: update (vcpus 4 -> 0)");
-    db.execute("DELETE FROM fleet_bindings WHERE tenant = 'acme' AND kind = 'pool'", []).unwrap();
+    db.run("DELETE FROM fleet_bindings WHERE tenant = 'acme' AND kind = 'pool'");
     let exported = server.ok(&token, "fleet/export", json!({}));
     assert!(exported["document"]["pools"].get(&pool).is_some(), "export keys the unbound pool by id: {exported}");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::fleet::estate;
-use crate::support::{Launch, Server, code, problem_paths};
+use crate::support::{Launch, Server, Sql, code, database_of, postgres, problem_paths};
 
 /// Sends raw bytes on a new connection and reads until the server closes it or
 /// `patience` passes; returns what came back.
@@ -266,8 +266,13 @@ fn an_event_stream_refuses_a_resume_point_it_cannot_read() {
 fn a_database_locked_past_the_busy_timeout_is_unavailable_with_retry_after() {
     let server = Server::start(&["--busy-timeout", "200ms"]);
     let token = server.tenant_with_token("acme");
-    let other = rusqlite::Connection::open(server.db_path()).unwrap();
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut other = server.sql();
+    // Another writer holds what a create needs: SQLite's one write lock, PostgreSQL's
+    // lock of the table.
+    other.run(match postgres() {
+        true => "BEGIN; LOCK TABLE sites IN ACCESS EXCLUSIVE MODE",
+        false => "BEGIN IMMEDIATE",
+    });
 
     let body = r#"{"region": "eu-1"}"#;
     let request = format!(
@@ -281,7 +286,7 @@ fn a_database_locked_past_the_busy_timeout_is_unavailable_with_retry_after() {
     assert!(answer.to_ascii_lowercase().contains("\r\nretry-after: "), "{answer}");
     assert_eq!(code(&body_of(&answer)), "UNAVAILABLE");
 
-    other.execute_batch("ROLLBACK").unwrap();
+    other.run("ROLLBACK");
     server.ok(&token, "sites/create", json!({"region": "eu-1"}));
 }
 
@@ -314,12 +319,10 @@ fn a_read_only_server_writes_nothing() {
     let dir = server.stop();
 
     let rows = |db: &std::path::Path| -> (i64, i64) {
-        let db = rusqlite::Connection::open(db).unwrap();
-        let count = |table: &str| db.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| row.get(0)).unwrap();
-        (count("events"), count("fleet_drift"))
+        let mut db = Sql::open(db);
+        (db.number("SELECT count(*) FROM events"), db.number("SELECT count(*) FROM fleet_drift"))
     };
-    let path = dir.path().join("fleet.db");
-    assert_eq!(rows(&path), (0, 0));
+    assert_eq!(rows(&database_of(dir.path())), (0, 0));
     let server = Server::start_in(dir, &["--read-only", "--drift-interval", "200ms"]);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(rows(&server.db_path()), (0, 0), "no drift recorded, no event published");
@@ -333,15 +336,29 @@ fn a_read_only_server_writes_nothing() {
 
     // A read-only server never creates or migrates a database.
     let empty = tempfile::tempdir().unwrap();
+    let db = match postgres() {
+        true => database_of(empty.path()),
+        false => empty.path().join("none.db"),
+    };
     let output = std::process::Command::new(crate::support::FLEET)
         .arg("--db")
-        .arg(empty.path().join("none.db"))
+        .arg(&db)
         .args(["serve", "--read-only", "--listen", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("existing database"));
-    assert!(!empty.path().join("none.db").exists());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    match postgres() {
+        true => {
+            assert!(stderr.contains("migration(s) behind this fleet; a read-only server does not migrate"), "{stderr}");
+            let tables = Sql::open(&db).number("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'");
+            assert_eq!(tables, 0, "the empty database stays empty");
+        }
+        false => {
+            assert!(stderr.contains("existing database"), "{stderr}");
+            assert!(!db.exists());
+        }
+    }
 }
 
 #[test]

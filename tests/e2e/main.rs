@@ -1,16 +1,7 @@
-//! End-to-end tests: each starts the real `fleet` binary on 127.0.0.1 with a SQLite
-//! file in a temp dir.
+//! End-to-end tests: each starts the real `fleet` binary on 127.0.0.1 with a database
+//! of its own, here a SQLite file in a temp dir. `main_postgres.rs` runs the same suite
+//! on a throwaway PostgreSQL cluster.
 
 #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
 
-mod caches;
-mod cli;
-mod edge;
-mod edge_host;
-mod fleet;
-mod foundation;
-mod hardening;
-mod modules;
-mod observability;
-mod plugins;
-mod support;
+include!("suite.rs");

@@ -1,5 +1,7 @@
-//! Starts the real `fleet` binary on a loopback port with a SQLite file in a temp dir,
-//! and talks to it over HTTP.
+//! Starts the real `fleet` binary on a loopback port with a database of its own, and
+//! talks to it over HTTP. The suite is built twice from these files: as `e2e`, every
+//! server has a SQLite file in its temp dir; as `e2e-postgres`, a database of its own
+//! on a throwaway PostgreSQL cluster (`postgres.rs`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,10 +14,77 @@ use tempfile::TempDir;
 pub const FLEET: &str = env!("CARGO_BIN_EXE_fleet");
 pub const ALL: &str = "compute:*:* @ *";
 
+/// Whether this run of the suite is the PostgreSQL one.
+pub fn postgres() -> bool {
+    env!("CARGO_CRATE_NAME") == "e2e_postgres"
+}
+
+/// The database of a server's directory, as its `--db`: the directory's SQLite file, or
+/// the PostgreSQL database made for the directory on its first start (its URL is kept
+/// in the directory, so that a restart finds it).
+pub fn database_of(dir: &Path) -> PathBuf {
+    if !postgres() {
+        return dir.join("fleet.db");
+    }
+    let kept = dir.join("postgres-url");
+    let url = std::fs::read_to_string(&kept).unwrap_or_else(|_| {
+        let url = crate::cluster::new_database();
+        std::fs::write(&kept, &url).expect("the URL is kept");
+        url
+    });
+    PathBuf::from(url)
+}
+
+/// Plain SQL on a server's database, beside the server: what another process or an
+/// operator with `psql` could do.
+pub enum Sql {
+    Sqlite(rusqlite::Connection),
+    Postgres(postgres::Client),
+}
+
+impl Sql {
+    pub fn open(db: &Path) -> Sql {
+        let name = db.to_str().unwrap();
+        match name.starts_with("postgres://") {
+            true => Sql::Postgres(crate::cluster::connect(name)),
+            false => Sql::Sqlite(rusqlite::Connection::open(db).unwrap()),
+        }
+    }
+
+    /// Runs statements without results.
+    pub fn run(&mut self, sql: &str) {
+        match self {
+            Sql::Sqlite(db) => db.execute_batch(sql).unwrap(),
+            Sql::Postgres(db) => db.batch_execute(sql).unwrap(),
+        }
+    }
+
+    /// A query's one integer.
+    pub fn number(&mut self, sql: &str) -> i64 {
+        match self {
+            Sql::Sqlite(db) => db.query_row(sql, [], |row| row.get(0)).unwrap(),
+            Sql::Postgres(db) => db.query_one(sql, &[]).unwrap().get(0),
+        }
+    }
+
+    /// A query's one text, or none.
+    pub fn text(&mut self, sql: &str) -> Option<String> {
+        match self {
+            Sql::Sqlite(db) => {
+                use rusqlite::OptionalExtension as _;
+                db.query_row(sql, [], |row| row.get(0)).optional().unwrap()
+            }
+            Sql::Postgres(db) => db.query_opt(sql, &[]).unwrap().map(|row| row.get(0)),
+        }
+    }
+}
+
 pub struct Server {
     child: Child,
     pub base: String,
     pub dir: TempDir,
+    /// Its `--db`.
+    db: PathBuf,
     http: reqwest::blocking::Client,
     /// What the server printed on stdout before it listened (e.g. the demo token).
     pub banner: Vec<String>,
@@ -30,7 +99,7 @@ pub struct Launch {
     pub stderr: Option<PathBuf>,
     /// Environment variables set for it (after the harness's own).
     pub env: Vec<(&'static str, &'static str)>,
-    /// Another database file than the directory's own (a second server on one file).
+    /// Another database than the directory's own (a second server on one database).
     pub db: Option<PathBuf>,
 }
 
@@ -58,7 +127,7 @@ impl Server {
         };
         command
             .arg("--db")
-            .arg(launch.db.clone().unwrap_or_else(|| dir.path().join("fleet.db")))
+            .arg(launch.db.clone().unwrap_or_else(|| database_of(dir.path())))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(flags)
             .env("RUST_LOG", "fleet=warn")
@@ -82,7 +151,8 @@ impl Server {
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().expect("a client");
-        Server { child, base, dir, http, banner }
+        let db = launch.db.clone().unwrap_or_else(|| database_of(dir.path()));
+        Server { child, base, dir, db, http, banner }
     }
 
     /// The `host:port` the server listens on.
@@ -90,8 +160,14 @@ impl Server {
         self.base.trim_start_matches("http://")
     }
 
+    /// Its database, as `--db` names it: a file or a `postgres://` URL.
     pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("fleet.db")
+        self.db.clone()
+    }
+
+    /// Plain SQL on its database.
+    pub fn sql(&self) -> Sql {
+        Sql::open(&self.db)
     }
 
     /// Runs `fleet admin ...` on this server's database and returns stdout.

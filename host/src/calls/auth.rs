@@ -4,13 +4,14 @@
 //! `PERMISSION @ SCOPE`; any segment may be `*`.
 
 use rand::RngCore;
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use crate::api::{ApiError, Code};
 use crate::cache::{Scope, generation};
 use crate::calls::input::is_name;
 use crate::calls::registry::Method;
+use crate::db::Conn;
+use crate::params;
 
 /// Who is calling: one tenant, one principal, and what they may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +77,7 @@ pub fn hash_token(token: &str) -> String {
 }
 
 /// Looks the bearer token up by its hash.
-pub fn authenticate(db: &Connection, authorization: Option<&str>) -> Result<Caller, ApiError> {
+pub fn authenticate(db: &Conn, authorization: Option<&str>) -> Result<Caller, ApiError> {
     authenticate_with(db, authorization, None)
 }
 
@@ -94,7 +95,7 @@ pub type TokenCache = crate::cache::Cache<Authenticated>;
 /// revocation (or any other change to them, by any process) is seen at once; its
 /// expiry is checked on every request.
 pub fn authenticate_with(
-    db: &Connection,
+    db: &Conn,
     authorization: Option<&str>,
     cache: Option<&TokenCache>,
 ) -> Result<Caller, ApiError> {
@@ -119,16 +120,18 @@ pub fn authenticate_with(
             return Ok(kept.caller.clone());
         }
     }
-    type Row = (String, String, String, Option<String>, Option<String>, i64);
     // One statement, so the generation is the one the row was read at.
-    let row: Option<Row> = db
-        .prepare_cached(
-            "SELECT tokens.tenant, principal, grants, expires_at, revoked_at, coalesce(generation, 0)
-             FROM tokens LEFT JOIN generations ON generations.tenant = tokens.tenant AND what = 'tokens'
-             WHERE token_hash = ?1",
-        )?
-        .query_row([&hash], |row| Row::try_from(row))
-        .optional()?;
+    let row = db.query_opt(
+        "SELECT tokens.tenant, principal, grants, expires_at, revoked_at, coalesce(generation, 0)
+         FROM tokens LEFT JOIN generations ON generations.tenant = tokens.tenant AND what = 'tokens'
+         WHERE token_hash = ?1",
+        params![&hash],
+        |row| {
+            let texts: (String, String, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            let times: (Option<String>, Option<String>) = (row.get(3)?, row.get(4)?);
+            Ok((texts.0, texts.1, texts.2, times.0, times.1, row.get::<i64>(5)?))
+        },
+    )?;
     let (tenant, principal, grants, expires_at, revoked_at, generation) =
         row.ok_or_else(|| unauthenticated("unknown token"))?;
     // Read in the request's own query: a revocation or expiry is seen by the very next
@@ -164,10 +167,10 @@ pub enum AdminError {
     #[error("no token has the id {0:?}; `fleet admin token list --tenant <t>` lists them")]
     NoToken(String),
     #[error("database: {0}")]
-    Database(#[from] rusqlite::Error),
+    Database(#[from] crate::db::Error),
 }
 
-pub fn create_tenant(db: &Connection, tenant: &str, now: &str) -> Result<(), AdminError> {
+pub fn create_tenant(db: &Conn, tenant: &str, now: &str) -> Result<(), AdminError> {
     if !is_name(tenant) {
         return Err(AdminError::BadName(tenant.into()));
     }
@@ -189,7 +192,7 @@ fn token_id(token_hash: &str) -> String {
 /// Creates a token, valid until `expires_at` if given, and returns it; only its hash is
 /// stored.
 pub fn create_token(
-    db: &Connection,
+    db: &Conn,
     tenant: &str,
     principal: &str,
     grants: &[String],
@@ -205,7 +208,7 @@ pub fn create_token(
         .collect::<Result<_, _>>()
         .map_err(AdminError::BadGrant)?;
     let exists: bool =
-        db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", [tenant], |row| row.get(0))?;
+        db.query_one("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", params![tenant], |row| row.get(0))?;
     if !exists {
         return Err(AdminError::NoTenant(tenant.into()));
     }
@@ -217,7 +220,7 @@ pub fn create_token(
     db.execute(
         "INSERT INTO tokens (token_hash, id, tenant, principal, grants, created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![token_hash, token_id(&token_hash), tenant, principal, grants, now, expires_at],
+        params![&token_hash, &token_id(&token_hash), tenant, principal, &grants, now, expires_at],
     )?;
     Ok(token)
 }
@@ -235,32 +238,33 @@ pub struct TokenInfo {
 }
 
 /// A tenant's tokens, oldest first.
-pub fn list_tokens(db: &Connection, tenant: &str) -> Result<Vec<TokenInfo>, AdminError> {
+pub fn list_tokens(db: &Conn, tenant: &str) -> Result<Vec<TokenInfo>, AdminError> {
     let exists: bool =
-        db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", [tenant], |row| row.get(0))?;
+        db.query_one("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)", params![tenant], |row| row.get(0))?;
     if !exists {
         return Err(AdminError::NoTenant(tenant.into()));
     }
-    let mut statement = db.prepare(
+    let tokens = db.query(
         "SELECT id, principal, grants, created_at, expires_at, revoked_at FROM tokens
          WHERE tenant = ?1 ORDER BY created_at, id",
+        params![tenant],
+        |row| {
+            let grants: String = row.get(2)?;
+            Ok(TokenInfo {
+                id: row.get(0)?,
+                principal: row.get(1)?,
+                grants: serde_json::from_str(&grants).unwrap_or_default(),
+                created_at: row.get(3)?,
+                expires_at: row.get(4)?,
+                revoked_at: row.get(5)?,
+            })
+        },
     )?;
-    let rows = statement.query_map([tenant], |row| {
-        let grants: String = row.get(2)?;
-        Ok(TokenInfo {
-            id: row.get(0)?,
-            principal: row.get(1)?,
-            grants: serde_json::from_str(&grants).unwrap_or_default(),
-            created_at: row.get(3)?,
-            expires_at: row.get(4)?,
-            revoked_at: row.get(5)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(tokens)
 }
 
 /// Revokes a token by id, at once: every server process reads tokens per request.
-pub fn revoke_token(db: &Connection, id: &str, now: &str) -> Result<(), AdminError> {
+pub fn revoke_token(db: &Conn, id: &str, now: &str) -> Result<(), AdminError> {
     let revoked =
         db.execute("UPDATE tokens SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1", params![id, now])?;
     if revoked == 0 {

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Code};
@@ -34,7 +33,7 @@ impl MethodKind {
 /// called (for the audit trail).
 pub struct Ctx<'a> {
     pub caller: &'a Caller,
-    pub db: &'a Connection,
+    pub db: &'a Conn,
     pub via: Via,
 }
 

@@ -1,20 +1,20 @@
-//! The SQLite database: one file, WAL, foreign keys on, a busy timeout, versioned
-//! append-only migrations, and a connection pool for the blocking threads that run
-//! handlers.
+//! The database, on one of two backends behind one interface: SQLite (one file, the
+//! embedded default) or PostgreSQL (any number of replicas on one server, SPEC §12).
+//! The rest of the host writes its SQL once, in the dialect both accept (`?N`
+//! parameters, `ON CONFLICT`, `RETURNING`), and reads rows through [`Row`]; the schema
+//! history is the same list of migrations on both (docs/decisions/0012).
 
 mod migrations;
+mod postgres;
+mod sqlite;
+mod value;
 
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, OpenFlags};
-
+pub use self::postgres::{Listener, NOTIFY_CHANNEL};
+pub use self::value::{Column, Param, Row, decode};
 use crate::api::ApiError;
-
-pub type Pool = r2d2::Pool<SqliteConnectionManager>;
-pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
 
 /// How the server opens its database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +22,8 @@ pub struct Options {
     /// How long a statement waits for another writer's lock before the request answers
     /// `UNAVAILABLE`.
     pub busy_timeout: Duration,
-    /// Never write: the file must exist and be migrated already, and every connection
-    /// is `query_only`, so SQLite itself refuses any write (SPEC §6.3, `--read-only`).
+    /// Never write: the database must exist and be migrated already, and every
+    /// connection refuses writes itself (SPEC §6.3, `--read-only`).
     pub read_only: bool,
 }
 
@@ -33,126 +33,266 @@ impl Default for Options {
     }
 }
 
-/// Opens (creating if needed) and migrates the database at `path`.
-pub fn open(path: &Path) -> anyhow::Result<Pool> {
-    open_with(path, Options::default())
+/// Which database a `--db` names: a `postgres://` (or `postgresql://`) URL, else a
+/// SQLite file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
 }
 
-/// Opens the database at `path` as `options` say.
-pub fn open_with(path: &Path, options: Options) -> anyhow::Result<Pool> {
-    check_path(path, options.read_only)?;
-    let init = move |db: &mut Connection| configure(db, options);
-    if options.read_only {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-        let mut first = Connection::open_with_flags(path, flags)
-            .with_context(|| format!("a read-only server needs an existing database; none at {}", path.display()))?;
-        init(&mut first)?;
-        let pending = migrations::migrations().pending_migrations(&first)?;
-        anyhow::ensure!(
-            pending == 0,
-            "the database at {} is {pending} migration(s) behind this fleet; a read-only server does not migrate: \
-             start a writable `fleet serve` on it once",
-            path.display()
-        );
-        let manager = SqliteConnectionManager::file(path).with_flags(flags).with_init(init);
-        return Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?);
+impl Location {
+    pub fn of(db: &Path) -> Location {
+        match db.to_str() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Location::Postgres(url.to_owned())
+            }
+            _ => Location::Sqlite(db.to_owned()),
+        }
     }
-    let mut first = Connection::open(path)?;
-    init(&mut first)?;
-    migrations::migrations().to_latest(&mut first)?;
-    drop(first);
-    let manager = SqliteConnectionManager::file(path).with_init(init);
-    // A connection to a local file does not go stale: no test query on every checkout.
-    Ok(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?)
 }
 
-/// Says in words what SQLite would call "unable to open database file": a directory,
-/// a missing parent directory, a file that cannot be written.
-fn check_path(path: &Path, read_only: bool) -> anyhow::Result<()> {
-    let shown = path.display();
-    anyhow::ensure!(!path.is_dir(), "the database {shown} is a directory; --db takes a file path");
-    let parent = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    anyhow::ensure!(
-        parent.is_dir(),
-        "the database {shown} cannot be created: its directory {} does not exist",
-        parent.display()
-    );
-    if read_only {
-        return Ok(());
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// What a statement can fail with, on either backend.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("postgres: {0}")]
+    Postgres(#[from] ::postgres::Error),
+    #[error("column {column}: {message}")]
+    Decode { column: usize, message: String },
+    #[error("a query that returns one row returned none")]
+    NoRow,
+}
+
+impl Error {
+    /// Another writer held the lock past the busy timeout, or the database asked the
+    /// transaction to be tried again: a passing condition, not a bug.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Error::Sqlite(error) => matches!(
+                error.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            Error::Postgres(error) => postgres::is_busy(error),
+            Error::Decode { .. } | Error::NoRow => false,
+        }
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .with_context(|| format!("the database {shown} cannot be opened for writing"))?;
-    Ok(())
 }
 
-fn configure(db: &mut Connection, options: Options) -> rusqlite::Result<()> {
-    db.busy_timeout(options.busy_timeout)?;
-    if options.read_only {
-        db.pragma_update(None, "query_only", true)?;
-    } else {
-        db.pragma_update(None, "journal_mode", "WAL")?;
-        db.pragma_update(None, "synchronous", "NORMAL")?;
+impl From<Error> for ApiError {
+    /// A database still locked by another writer when the busy timeout ran out is
+    /// `UNAVAILABLE`, which the server answers with `Retry-After` (SPEC §7a).
+    fn from(error: Error) -> ApiError {
+        if error.is_busy() {
+            tracing::warn!(%error, "the database stayed locked past the busy timeout");
+            return ApiError::new(crate::api::Code::Unavailable, "the database is busy; try again shortly");
+        }
+        ApiError::internal(error)
     }
-    db.pragma_update(None, "foreign_keys", true)?;
-    // Every request's statements (transactions, the token, eight state tables, the
-    // module handlers) stay prepared.
-    db.set_prepared_statement_cache_capacity(128);
-    Ok(())
 }
 
-/// Runs a statement without parameters or rows (`BEGIN`, `COMMIT`, ...), prepared once
-/// per connection rather than parsed on every request.
-fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
-    db.prepare_cached(sql)?.execute([])?;
-    Ok(())
+impl From<rusqlite::Error> for ApiError {
+    fn from(error: rusqlite::Error) -> ApiError {
+        Error::from(error).into()
+    }
 }
 
-fn commit(db: &Connection) -> rusqlite::Result<()> {
-    run(db, "COMMIT")
+/// Connections to the database, for the blocking threads that run handlers.
+#[derive(Clone)]
+pub enum Pool {
+    Sqlite(r2d2::Pool<r2d2_sqlite::SqliteConnectionManager>),
+    Postgres(r2d2::Pool<postgres::Manager>),
 }
 
-fn rollback(db: &Connection) -> rusqlite::Result<()> {
-    run(db, "ROLLBACK")
+impl Pool {
+    pub fn get(&self) -> Result<Conn, r2d2::Error> {
+        Ok(match self {
+            Pool::Sqlite(pool) => Conn::Sqlite(pool.get()?),
+            Pool::Postgres(pool) => Conn::Postgres(Box::new(std::cell::RefCell::new(pool.get()?))),
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Where other replicas' events are heard, on PostgreSQL; `None` on SQLite, where
+    /// every writer shares this process's wake-ups or the next keep-alive re-read.
+    pub fn listener(&self, location: &Location) -> Option<Listener> {
+        match (self, location) {
+            (Pool::Postgres(_), Location::Postgres(url)) => Some(Listener::new(url.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// One connection, taken from the pool for a request (or owned by a sandbox store
+/// while a plan runs).
+pub enum Conn {
+    Sqlite(r2d2::PooledConnection<r2d2_sqlite::SqliteConnectionManager>),
+    /// The `postgres` client takes `&mut self`; a request uses its connection from one
+    /// thread at a time, so a `RefCell` keeps the interface `&self` like SQLite's.
+    Postgres(Box<std::cell::RefCell<r2d2::PooledConnection<postgres::Manager>>>),
+}
+
+impl Conn {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Conn::Sqlite(_) => Backend::Sqlite,
+            Conn::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Runs a statement (prepared once per connection); returns the rows it changed.
+    pub fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, Error> {
+        match self {
+            Conn::Sqlite(db) => Ok(db.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params))? as u64),
+            Conn::Postgres(db) => db.borrow_mut().execute(sql, params),
+        }
+    }
+
+    /// Calls `each` with every row of a query, in order.
+    pub fn for_each(
+        &self,
+        sql: &str,
+        params: &[Param],
+        mut each: impl FnMut(&Row) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        match self {
+            Conn::Sqlite(db) => {
+                let mut statement = db.prepare_cached(sql)?;
+                let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+                while let Some(row) = rows.next()? {
+                    each(&Row::Sqlite(row))?;
+                }
+                Ok(())
+            }
+            Conn::Postgres(db) => {
+                for row in db.borrow_mut().query(sql, params)? {
+                    each(&Row::Postgres(&row))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Every row of a query, each read by `read`.
+    pub fn query<T>(
+        &self,
+        sql: &str,
+        params: &[Param],
+        mut read: impl FnMut(&Row) -> Result<T, Error>,
+    ) -> Result<Vec<T>, Error> {
+        let mut rows = Vec::new();
+        self.for_each(sql, params, |row| {
+            rows.push(read(row)?);
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// The first row of a query, if any, read by `read`.
+    pub fn query_opt<T>(
+        &self,
+        sql: &str,
+        params: &[Param],
+        read: impl FnOnce(&Row) -> Result<T, Error>,
+    ) -> Result<Option<T>, Error> {
+        let mut read = Some(read);
+        let mut found = None;
+        self.for_each(sql, params, |row| {
+            if let Some(read) = read.take() {
+                found = Some(read(row)?);
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// The one row of a query, read by `read`.
+    pub fn query_one<T>(
+        &self,
+        sql: &str,
+        params: &[Param],
+        read: impl FnOnce(&Row) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.query_opt(sql, params, read)?.ok_or(Error::NoRow)
+    }
+
+    /// Runs statements without parameters or rows, separated by semicolons (a
+    /// migration, a table for a plugin). Not prepared.
+    pub fn batch(&self, sql: &str) -> Result<(), Error> {
+        match self {
+            Conn::Sqlite(db) => Ok(db.execute_batch(sql)?),
+            Conn::Postgres(db) => db.borrow_mut().batch(sql),
+        }
+    }
+}
+
+/// Opens (creating and migrating if needed) the database at `db`.
+pub fn open(db: &Path) -> anyhow::Result<Pool> {
+    open_with(db, Options::default())
+}
+
+/// Opens the database at `db` as `options` say.
+pub fn open_with(db: &Path, options: Options) -> anyhow::Result<Pool> {
+    match Location::of(db) {
+        Location::Sqlite(path) => sqlite::open(&path, options),
+        Location::Postgres(url) => postgres::open(&url, options),
+    }
 }
 
 /// How a transaction begins: readers take a consistent snapshot, writers take the
-/// write lock up front so that two writers never deadlock on a lock upgrade.
+/// write lock up front so that two writers never deadlock on a lock upgrade (and,
+/// across PostgreSQL replicas, so that an apply plans and writes under one lock:
+/// docs/decisions/0012).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tx {
     Read,
     Write,
+    /// A change of the schema (a plugin's table): serialized with migrations and with
+    /// other replicas starting.
+    Schema,
 }
 
-/// Begins a transaction. Explicit `BEGIN` rather than `rusqlite::Transaction` so that
-/// the connection can be owned elsewhere (by a sandbox store) while it is open. A pooled
+/// Begins a transaction. Explicit `BEGIN` rather than a transaction object so that the
+/// connection can be owned elsewhere (by a sandbox store) while it is open. A pooled
 /// connection that comes back with a transaction still open (a failed `COMMIT`, a
 /// panic) is rolled back first, so one failure never leaks into the next request.
-pub fn begin(db: &Connection, mode: Tx) -> Result<(), ApiError> {
-    if !db.is_autocommit() {
-        tracing::warn!("a pooled connection still had a transaction open; rolling it back");
-        rollback(db)?;
+pub fn begin(db: &Conn, mode: Tx) -> Result<(), ApiError> {
+    match db {
+        Conn::Sqlite(db) => sqlite::begin(db, mode)?,
+        Conn::Postgres(db) => db.borrow_mut().begin(mode)?,
     }
-    run(
-        db,
-        match mode {
-            Tx::Read => "BEGIN DEFERRED",
-            Tx::Write => "BEGIN IMMEDIATE",
-        },
-    )?;
     Ok(())
 }
 
+fn commit(db: &Conn) -> Result<(), Error> {
+    match db {
+        Conn::Sqlite(db) => sqlite::run(db, "COMMIT"),
+        Conn::Postgres(db) => db.borrow_mut().end("COMMIT"),
+    }
+}
+
+fn rollback(db: &Conn) -> Result<(), Error> {
+    match db {
+        Conn::Sqlite(db) => sqlite::run(db, "ROLLBACK"),
+        Conn::Postgres(db) => db.borrow_mut().end("ROLLBACK"),
+    }
+}
+
 /// Runs `work` in a transaction: committed when it returns `Ok`, rolled back otherwise.
-pub fn transaction<T>(
-    db: &Connection,
-    mode: Tx,
-    work: impl FnOnce(&Connection) -> Result<T, ApiError>,
-) -> Result<T, ApiError> {
+pub fn transaction<T>(db: &Conn, mode: Tx, work: impl FnOnce(&Conn) -> Result<T, ApiError>) -> Result<T, ApiError> {
     begin(db, mode)?;
     let outcome = work(db);
     finish(db, outcome)
@@ -160,7 +300,7 @@ pub fn transaction<T>(
 
 /// Ends the transaction [`begin`] opened as `outcome` says: committed when it is `Ok`,
 /// rolled back otherwise (and when the commit fails).
-pub fn finish<T>(db: &Connection, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
+pub fn finish<T>(db: &Conn, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
     match outcome {
         Ok(value) => {
             if let Err(error) = commit(db) {
@@ -180,6 +320,16 @@ pub fn finish<T>(db: &Connection, outcome: Result<T, ApiError>) -> Result<T, Api
     }
 }
 
+/// Wakes the event subscribers of every replica once the caller's transaction commits
+/// (PostgreSQL's `NOTIFY` is delivered at commit and dropped at rollback). On SQLite the
+/// publishing process wakes its own subscribers after the commit.
+pub fn notify_events(db: &Conn) -> Result<(), Error> {
+    match db {
+        Conn::Sqlite(_) => Ok(()),
+        Conn::Postgres(_) => db.execute(&format!("NOTIFY {NOTIFY_CHANNEL}"), &[]).map(drop),
+    }
+}
+
 /// The current time as an RFC 3339 UTC string with seconds precision.
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -195,15 +345,23 @@ mod tests {
         let pool = open(&dir.path().join("fleet.db")).unwrap();
         let db = pool.get().unwrap();
         begin(&db, Tx::Write).unwrap();
-        db.execute("INSERT INTO tenants (name, created_at) VALUES ('leaked', 'now')", []).unwrap();
+        db.execute("INSERT INTO tenants (name, created_at) VALUES ('leaked', 'now')", &[]).unwrap();
         // As if the request had failed between its begin and its commit.
         transaction(&db, Tx::Read, |db| {
             let leaked: bool =
-                db.query_row("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = 'leaked')", [], |row| row.get(0))?;
+                db.query_one("SELECT EXISTS (SELECT 1 FROM tenants WHERE name = 'leaked')", &[], |row| row.get(0))?;
             assert!(!leaked);
             Ok(())
         })
         .unwrap();
-        assert!(db.is_autocommit());
+        let Conn::Sqlite(sqlite) = &db else { unreachable!("a file is SQLite") };
+        assert!(sqlite.is_autocommit());
+    }
+
+    #[test]
+    fn a_url_names_postgres_and_anything_else_a_file() {
+        assert_eq!(Location::of(Path::new("postgres://u@h/db")), Location::Postgres("postgres://u@h/db".into()));
+        assert_eq!(Location::of(Path::new("postgresql://h/db")), Location::Postgres("postgresql://h/db".into()));
+        assert_eq!(Location::of(Path::new("./fleet.db")), Location::Sqlite("./fleet.db".into()));
     }
 }

@@ -7,8 +7,8 @@
 //! tenant's failure is logged and reported, and never stops the others.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use rusqlite::{OptionalExtension, params};
 use serde_json::{Value, json};
 
 use crate::api::ApiError;
@@ -17,6 +17,7 @@ use crate::calls::auth::Caller;
 use crate::db::{self, Tx};
 use crate::fleet::events;
 use crate::fleet::run_planner;
+use crate::params;
 use crate::planner::Entry;
 
 /// What one check found for one tenant.
@@ -41,23 +42,96 @@ pub fn transition(recorded: Option<&str>, found: Option<&str>) -> Option<&'stati
     }
 }
 
-/// Runs a check every `drift_interval` until `shutdown` resolves.
+/// The lease a check is claimed under (SPEC §12).
+const LEASE: &str = "fleet.drift";
+
+/// Runs a check once per `drift_interval` across every server on the database, until
+/// `shutdown` resolves. Each server polls a few times per interval; the one that claims
+/// the lease when it falls due runs the check, and the lease falls due again one
+/// interval later. A server holds nothing between checks, so one that dies takes no
+/// lease with it: the next check falls due on schedule and another server claims it
+/// within a poll (docs/decisions/0012).
 pub async fn run(app: Arc<App>, shutdown: impl std::future::Future<Output = ()>) {
-    let mut interval = tokio::time::interval(app.config.drift_interval);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval.tick().await;
+    let interval = app.config.drift_interval;
+    let clock = Clock::start();
+    let due = clock.now_ms().saturating_add(millis(interval));
+    let schedule = {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || schedule_first(&app, due)).await
+    };
+    if !matches!(schedule, Ok(Ok(()))) {
+        tracing::error!(?schedule, "fleet.drift could not schedule its first check; it retries at every poll");
+    }
+    let mut poll = tokio::time::interval((interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(15)));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            _ = interval.tick() => {
-                let app = app.clone();
-                if let Err(error) = tokio::task::spawn_blocking(move || check_all(&app)).await {
-                    tracing::error!(%error, "the drift check panicked");
+            _ = poll.tick() => {
+                let (app, now) = (app.clone(), clock.now_ms());
+                let claimed = tokio::task::spawn_blocking(move || {
+                    let claimed = claim(&app, now, millis(interval))?;
+                    if claimed {
+                        check_all(&app);
+                    }
+                    Ok::<_, ApiError>(claimed)
+                })
+                .await;
+                match claimed {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "fleet.drift could not claim its lease"),
+                    Err(error) => tracing::error!(%error, "the drift check panicked"),
                 }
             }
             () = &mut shutdown => return,
         }
     }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Wall-clock milliseconds as the runtime's clock counts them from the start: real time
+/// in a server (the monotonic clock, which NTP slews but never steps), paused time in
+/// tests.
+struct Clock {
+    wall: i64,
+    started: tokio::time::Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Clock { wall: millis(wall), started: tokio::time::Instant::now() }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.wall.saturating_add(millis(self.started.elapsed()))
+    }
+}
+
+/// The first server on a database schedules the first check one interval after it
+/// started; later ones keep the schedule they find.
+fn schedule_first(app: &App, due: i64) -> Result<(), ApiError> {
+    app.db.get()?.execute(
+        "INSERT INTO leases (name, holder, due_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+        params![LEASE, &app.replica, due],
+    )?;
+    Ok(())
+}
+
+/// Claims the lease if it is due at `now`, setting it due one `interval` later: one
+/// statement, so of the servers that poll together exactly one claims it.
+fn claim(app: &App, now: i64, interval: i64) -> Result<bool, ApiError> {
+    let claimed = app.db.get()?.execute(
+        "UPDATE leases SET holder = ?2, due_at = ?3 + ?4 WHERE name = ?1 AND due_at <= ?3",
+        params![LEASE, &app.replica, now, interval],
+    )?;
+    if claimed > 0 {
+        tracing::debug!(replica = %app.replica, "fleet.drift claimed its lease");
+    }
+    Ok(claimed > 0)
 }
 
 struct Applied {
@@ -90,7 +164,7 @@ pub fn check_all(app: &Arc<App>) -> Vec<(String, Outcome)> {
 
 const APPLIED: &str = "SELECT tenant, document, prune, applied_by, applied_at FROM fleet_applied";
 
-fn applied_of(row: &rusqlite::Row) -> rusqlite::Result<Applied> {
+fn applied_of(row: &db::Row) -> Result<Applied, db::Error> {
     Ok(Applied {
         tenant: row.get(0)?,
         document: row.get(1)?,
@@ -101,10 +175,7 @@ fn applied_of(row: &rusqlite::Row) -> rusqlite::Result<Applied> {
 }
 
 fn list_applied(app: &App) -> Result<Vec<Applied>, ApiError> {
-    let db = app.db.get()?;
-    let mut statement = db.prepare(&format!("{APPLIED} ORDER BY tenant"))?;
-    let rows = statement.query_map([], applied_of)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(app.db.get()?.query(&format!("{APPLIED} ORDER BY tenant"), &[], applied_of)?)
 }
 
 /// Checks one tenant now, as an activation would (`fleet status --refresh`): records
@@ -114,7 +185,7 @@ pub fn check_tenant(app: &Arc<App>, tenant: &str) -> Result<Option<Outcome>, Api
 }
 
 fn applied(app: &App, tenant: &str) -> Result<Option<Applied>, ApiError> {
-    Ok(app.db.get()?.query_row(&format!("{APPLIED} WHERE tenant = ?1"), [tenant], applied_of).optional()?)
+    Ok(app.db.get()?.query_opt(&format!("{APPLIED} WHERE tenant = ?1"), params![tenant], applied_of)?)
 }
 
 /// The plan that would bring `tenant` back to its applied document, if it drifted, found
@@ -143,7 +214,7 @@ fn drifted(plan: &Value) -> bool {
 /// Per drifted object of a drift plan (SPEC §6.5): the fields with their applied and
 /// actual values, and who last changed the object, when and through which method (from
 /// the audit trail; null when it has no record). The change's line for people stays.
-pub fn drift_changes(db: &rusqlite::Connection, tenant: &str, plan: &Value) -> Result<Vec<Value>, ApiError> {
+pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Value>, ApiError> {
     let mut changes = Vec::new();
     for change in plan["changes"].as_array().into_iter().flatten() {
         let kind = change["kind"].as_str().unwrap_or_default();
@@ -175,19 +246,19 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
     let db = app.db.get()?;
     let published = db::transaction(&db, Tx::Write, |db| {
         // An apply since the plan above is itself a check: leave its answer alone.
-        let still_applied: Option<String> = db
-            .query_row("SELECT applied_at FROM fleet_applied WHERE tenant = ?1", [&applied.tenant], |row| row.get(0))
-            .optional()?;
+        let still_applied: Option<String> =
+            db.query_opt("SELECT applied_at FROM fleet_applied WHERE tenant = ?1", params![&applied.tenant], |row| {
+                row.get(0)
+            })?;
         if still_applied.as_deref() != Some(applied.applied_at.as_str()) {
             return Ok(false);
         }
-        db.prepare_cached("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1")?
-            .execute(params![applied.tenant, db::now()])?;
-        let recorded: Option<(String, Option<String>)> = db
-            .query_row("SELECT plan_hash, since FROM fleet_drift WHERE tenant = ?1", [&applied.tenant], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()?;
+        db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&applied.tenant, &db::now()])?;
+        let recorded: Option<(String, Option<String>)> = db.query_opt(
+            "SELECT plan_hash, since FROM fleet_drift WHERE tenant = ?1",
+            params![&applied.tenant],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
         let now = db::now();
         let data = match &found {
             Some(plan_hash) => {
@@ -209,16 +280,24 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT (tenant) DO UPDATE SET checked_at = excluded.checked_at, plan_hash = excluded.plan_hash,
                        summary = excluded.summary, changes = excluded.changes, since = excluded.since",
-                    params![applied.tenant, now, plan_hash, plan["summary"].to_string(), changes.to_string(), since],
+                    params![
+                        &applied.tenant,
+                        &now,
+                        plan_hash,
+                        &plan["summary"].to_string(),
+                        &changes.to_string(),
+                        &since
+                    ],
                 )?;
                 json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes })
             }
             None => {
-                db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", [&applied.tenant])?;
-                let applied_hash: String =
-                    db.query_row("SELECT plan_hash FROM fleet_applied WHERE tenant = ?1", [&applied.tenant], |row| {
-                        row.get(0)
-                    })?;
+                db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&applied.tenant])?;
+                let applied_hash: String = db.query_one(
+                    "SELECT plan_hash FROM fleet_applied WHERE tenant = ?1",
+                    params![&applied.tenant],
+                    |row| row.get(0),
+                )?;
                 json!({ "planHash": applied_hash, "since": now })
             }
         };
@@ -242,8 +321,6 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use serde_json::json;
 
     use super::*;
@@ -359,7 +436,7 @@ mod tests {
         fixture.tenant_with_applied_document("broken");
         fixture.tenant_with_applied_document("healthy");
         let db = fixture.app.db.get().unwrap();
-        db.execute("UPDATE fleet_applied SET document = 'not json' WHERE tenant = 'broken'", []).unwrap();
+        db.execute("UPDATE fleet_applied SET document = 'not json' WHERE tenant = 'broken'", &[]).unwrap();
         fixture.set_gpus("healthy", 1);
         let outcomes = check_all(&fixture.app);
         assert!(matches!(&outcomes[0], (tenant, Outcome::Failed(_)) if tenant == "broken"), "{outcomes:?}");

@@ -10,7 +10,6 @@ use http_body_util::{BodyExt, Channel};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response};
-use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Problem};
@@ -18,9 +17,10 @@ use crate::app::App;
 use crate::calls::auth;
 use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
-use crate::db;
+use crate::db::{self, Conn};
 use crate::http::{Body, bearer};
 use crate::metrics::Metrics;
+use crate::params;
 
 pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
@@ -40,32 +40,31 @@ pub fn register(registry: &mut Registry) {
     );
 }
 
-/// Stores an event in the caller's transaction; subscribers are woken after commit.
-pub fn publish(metrics: &Metrics, db: &Connection, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+/// Stores an event in the caller's transaction, which must be a writer's: writers run
+/// one at a time, so sequence numbers are given in the order their transactions commit
+/// and a reader resuming after `seq` never skips one committed late. Subscribers of this
+/// process are woken after commit by the caller; those of other replicas by `NOTIFY`.
+pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
     metrics.published(kind);
-    db.prepare_cached("INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
-        tenant,
-        kind,
-        db::now(),
-        data.to_string()
-    ])?;
-    Ok(db.last_insert_rowid())
+    let seq = db.query_one(
+        "INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4) RETURNING seq",
+        params![tenant, kind, &db::now(), &data.to_string()],
+        |row| row.get(0),
+    )?;
+    db::notify_events(db)?;
+    Ok(seq)
 }
 
-fn read(db: &Connection, tenant: &str, after: u64, limit: u64) -> Result<Vec<Value>, ApiError> {
-    let mut statement = db.prepare_cached(
+fn read(db: &Conn, tenant: &str, after: u64, limit: u64) -> Result<Vec<Value>, ApiError> {
+    Ok(db.query(
         "SELECT seq, type, tenant, at, data FROM events WHERE tenant = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = statement.query_map(params![tenant, after as i64, limit as i64], |row| {
-        <(i64, String, String, String, String)>::try_from(row)
-    })?;
-    let mut events = Vec::new();
-    for row in rows {
-        let (seq, kind, tenant, at, data) = row?;
-        let data: Value = serde_json::from_str(&data).map_err(ApiError::internal)?;
-        events.push(json!({ "seq": seq, "type": kind, "tenant": tenant, "at": at, "data": data }));
-    }
-    Ok(events)
+        params![tenant, after as i64, limit as i64],
+        |row| {
+            let seq: i64 = row.get(0)?;
+            let data: Value = serde_json::from_str(row.text(4)?).map_err(|error| db::decode(4, error))?;
+            Ok(json!({ "seq": seq, "type": row.text(1)?, "tenant": row.text(2)?, "at": row.text(3)?, "data": data }))
+        },
+    )?)
 }
 
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
@@ -132,7 +131,7 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
         loop {
             let batch = {
                 let (app, tenant) = (app.clone(), caller.tenant.clone());
-                tokio::task::spawn_blocking(move || read(&*app.db.get()?, &tenant, after, Page::MAX_LIMIT)).await
+                tokio::task::spawn_blocking(move || read(&app.db.get()?, &tenant, after, Page::MAX_LIMIT)).await
             };
             let Ok(Ok(events)) = batch else { break };
             for event in &events {

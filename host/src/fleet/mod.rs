@@ -13,7 +13,6 @@ use fleet_guest::Catalog;
 use fleet_guest::grammar::{self, is_name};
 use fleet_guest::kinds::FieldType;
 use fleet_guest::plugins::PluginKind;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
@@ -23,6 +22,7 @@ use crate::calls::input::Input;
 use crate::calls::parse_body;
 use crate::calls::registry::{Method, MethodKind, Registry};
 use crate::db::{self, Conn};
+use crate::params;
 use crate::planner::{Entry, Session, Source};
 
 pub fn register(registry: &mut Registry, catalog: &Catalog) {
@@ -219,7 +219,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
 /// and the drift state (an apply counts as a check that converged).
 fn record(
     metrics: &crate::metrics::Metrics,
-    db: &Connection,
+    db: &Conn,
     caller: &Caller,
     body: &str,
     applied: &Value,
@@ -240,23 +240,23 @@ fn record(
     crate::audit::stamp_plan_hash(db, &caller.tenant, plan["planHash"].as_str().unwrap_or_default())?;
     let document = request.get("document").cloned().unwrap_or(Value::Null);
     let prune = request.get("prune").and_then(Value::as_bool).unwrap_or(false);
-    db.prepare_cached(
+    db.execute(
         "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)
          ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
            plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
            applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at",
-    )?
-    .execute(params![
-        caller.tenant,
-        document.to_string(),
-        prune,
-        plan["planHash"].as_str().unwrap_or_default(),
-        caller.principal,
-        db::now(),
-        applied["applied"].as_i64().unwrap_or_default(),
-    ])?;
-    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", [&caller.tenant])? > 0;
+        params![
+            &caller.tenant,
+            &document.to_string(),
+            prune,
+            plan["planHash"].as_str().unwrap_or_default(),
+            &caller.principal,
+            &db::now(),
+            applied["applied"].as_i64().unwrap_or_default(),
+        ],
+    )?;
+    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
     if was_drifted {
         events::publish(
             metrics,
@@ -298,36 +298,34 @@ fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String,
 }
 
 /// What status answers from the database alone.
-fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
+fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
     let mut output = Map::new();
-    let applied = db
-        .query_row(
-            "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at)
-             FROM fleet_applied WHERE tenant = ?1",
-            [tenant],
-            |row| {
-                let applied = json!({
-                    "planHash": row.get::<_, String>(0)?,
-                    "appliedBy": row.get::<_, String>(1)?,
-                    "appliedAt": row.get::<_, String>(2)?,
-                    "calls": row.get::<_, i64>(3)?,
-                    "prune": row.get::<_, bool>(4)?,
-                });
-                Ok((applied, row.get::<_, String>(5)?))
-            },
-        )
-        .optional()?;
+    let applied = db.query_opt(
+        "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at)
+         FROM fleet_applied WHERE tenant = ?1",
+        params![tenant],
+        |row| {
+            let applied = json!({
+                "planHash": row.get::<String>(0)?,
+                "appliedBy": row.get::<String>(1)?,
+                "appliedAt": row.get::<String>(2)?,
+                "calls": row.get::<i64>(3)?,
+                "prune": row.get::<bool>(4)?,
+            });
+            Ok((applied, row.get::<String>(5)?))
+        },
+    )?;
     if let Some((applied, checked_at)) = applied {
         output.insert("applied".into(), applied);
         output.insert("checkedAt".into(), json!(checked_at));
     }
-    let drift = db
-        .query_row(
-            "SELECT checked_at, plan_hash, summary, changes, coalesce(since, checked_at) FROM fleet_drift WHERE tenant = ?1",
-            [tenant],
-            |row| <(String, String, String, String, String)>::try_from(row),
-        )
-        .optional()?;
+    let drift = db.query_opt(
+        "SELECT checked_at, plan_hash, summary, changes, coalesce(since, checked_at) FROM fleet_drift WHERE tenant = ?1",
+        params![tenant],
+        |row| -> Result<(String, String, String, String, String), db::Error> {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+        },
+    )?;
     if let Some((checked_at, plan_hash, summary, changes, since)) = drift {
         let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
         output.insert(
@@ -340,7 +338,7 @@ fn recorded_status(db: &Connection, tenant: &str) -> Result<Value, ApiError> {
 }
 
 /// Status's `drift` for a plan found at `checked_at` and recorded nowhere (read-only).
-fn drift_of(db: &Connection, tenant: &str, checked_at: &str, plan: &Value) -> Result<Value, ApiError> {
+fn drift_of(db: &Conn, tenant: &str, checked_at: &str, plan: &Value) -> Result<Value, ApiError> {
     let changes = crate::fleet::drift::drift_changes(db, tenant, plan)?;
     Ok(json!({ "checkedAt": checked_at, "since": checked_at, "planHash": plan["planHash"], "summary": plan["summary"],
                "changes": changes }))

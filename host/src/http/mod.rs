@@ -253,9 +253,9 @@ async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog)
 async fn metrics(app: Arc<App>) -> Result<Response<Body>, ApiError> {
     tokio::task::spawn_blocking(move || {
         let db = app.db.get()?;
-        let (applied, drifted): (i64, i64) = db.query_row(
+        let (applied, drifted): (i64, i64) = db.query_one(
             "SELECT (SELECT count(*) FROM fleet_applied), (SELECT count(*) FROM fleet_drift)",
-            [],
+            &[],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )?;
         let text = app.metrics.render(drifted, applied - drifted);

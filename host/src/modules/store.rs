@@ -6,11 +6,11 @@
 
 use fleet_guest::kinds::{Descriptor, FieldType};
 use fleet_guest::state::{RowWriter, StateWriter};
-use rusqlite::types::{Type, ValueRef};
-use rusqlite::{Connection, OptionalExtension, Row, ToSql, params_from_iter};
 use serde_json::{Map, Value};
 
 use crate::api::ApiError;
+use crate::db::{self, Backend, Conn, Param, Row, Tx};
+use crate::params;
 
 /// One stored object: its key (id, or the identity field's value), its fields by wire
 /// name.
@@ -61,13 +61,56 @@ fn plugin_table(kind: &Descriptor) -> String {
     format!("plugin_{}", kind.group)
 }
 
-/// The SQL type of a field's column, and the default of its values.
-fn sql_type(ty: FieldType) -> (&'static str, &'static str) {
-    match ty {
-        FieldType::Count | FieldType::Bool => ("INTEGER", "0"),
-        FieldType::Map => ("TEXT", "'{}'"),
-        FieldType::String | FieldType::Name | FieldType::Ref(_) => ("TEXT", "''"),
+/// The SQL type of a field's column on `backend`, and the default of its values.
+fn sql_type(backend: Backend, ty: FieldType) -> (&'static str, &'static str) {
+    match (ty, backend) {
+        (FieldType::Count | FieldType::Bool, Backend::Sqlite) => ("INTEGER", "0"),
+        (FieldType::Count | FieldType::Bool, Backend::Postgres) => ("BIGINT", "0"),
+        (FieldType::Map, _) => ("TEXT", "'{}'"),
+        (FieldType::String | FieldType::Name | FieldType::Ref(_), _) => ("TEXT", "''"),
     }
+}
+
+/// The columns of a table as `(name, SQL type)`; none if it does not exist.
+fn table_columns(db: &Conn, table: &str) -> Result<Vec<(String, String)>, db::Error> {
+    let sql = match db.backend() {
+        Backend::Sqlite => "SELECT name, type FROM pragma_table_info(?1)",
+        Backend::Postgres => {
+            "SELECT column_name::text, data_type::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = ?1"
+        }
+    };
+    db.query(sql, params![table], |row| Ok((row.get(0)?, row.get(1)?)))
+}
+
+/// The statements that make a plugin kind's table on `backend`, in the shape of the
+/// built-in ones.
+fn create_plugin_table(backend: Backend, kind: &Descriptor) -> Vec<String> {
+    let (table, name) = (table(kind), plugin_table(kind));
+    let (integer, strict) = match backend {
+        Backend::Sqlite => ("INTEGER", " STRICT"),
+        Backend::Postgres => ("BIGINT", ""),
+    };
+    let mut statements = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {table} (tenant TEXT NOT NULL REFERENCES tenants (name), id TEXT NOT NULL, \
+         archived {integer} NOT NULL DEFAULT 0, idempotency_key TEXT, created_at TEXT NOT NULL, \
+         updated_at TEXT NOT NULL, PRIMARY KEY (tenant, id), UNIQUE (tenant, idempotency_key)){strict}"
+    )];
+    match backend {
+        Backend::Sqlite => {
+            for (event, row) in [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")] {
+                statements.push(format!(
+                    "CREATE TRIGGER IF NOT EXISTS \"{name}_{event}_bumps_state\" AFTER {event} ON {table} BEGIN \
+                     UPDATE generations SET generation = generation + 1 WHERE tenant = {row}.tenant AND what = 'state'; END"
+                ));
+            }
+        }
+        Backend::Postgres => statements.push(format!(
+            "CREATE TRIGGER \"{name}_bumps_state\" AFTER INSERT OR UPDATE OR DELETE ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION fleet_bump_generation('state')"
+        )),
+    }
+    statements
 }
 
 /// Makes (or completes) the table of a plugin kind, in the shape of the built-in ones,
@@ -75,32 +118,33 @@ fn sql_type(ty: FieldType) -> (&'static str, &'static str) {
 /// the plugin added since gets a column holding its default; a column of a field the
 /// plugin dropped stays, unread. A field whose type changed over existing data is
 /// refused. A read-only database is only checked.
-pub fn prepare_plugin_table(db: &Connection, kind: &Descriptor, read_only: bool) -> anyhow::Result<()> {
+///
+/// Replicas that start together make it once: the check and the change are one
+/// transaction under the schema lock.
+pub fn prepare_plugin_table(db: &Conn, kind: &Descriptor, read_only: bool) -> anyhow::Result<()> {
+    db::begin(db, if read_only { Tx::Read } else { Tx::Schema })?;
+    match plugin_table_changes(db, kind, read_only) {
+        Ok(()) => Ok(db::finish(db, Ok(()))?),
+        Err(error) => {
+            let _ = db::finish::<()>(db, Err(ApiError::internal(&error)));
+            Err(error)
+        }
+    }
+}
+
+fn plugin_table_changes(db: &Conn, kind: &Descriptor, read_only: bool) -> anyhow::Result<()> {
     let table = table(kind);
-    let existing: Vec<(String, String)> = db
-        .prepare(&format!("SELECT name, type FROM pragma_table_info('{}')", plugin_table(kind)))?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let backend = db.backend();
+    let existing = table_columns(db, &plugin_table(kind))?;
     let mut statements = Vec::new();
     if existing.is_empty() {
-        statements.push(format!(
-            "CREATE TABLE IF NOT EXISTS {table} (tenant TEXT NOT NULL REFERENCES tenants (name), id TEXT NOT NULL, \
-             archived INTEGER NOT NULL DEFAULT 0, idempotency_key TEXT, created_at TEXT NOT NULL, \
-             updated_at TEXT NOT NULL, PRIMARY KEY (tenant, id), UNIQUE (tenant, idempotency_key)) STRICT"
-        ));
-        for (event, row) in [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")] {
-            statements.push(format!(
-                "CREATE TRIGGER IF NOT EXISTS \"{name}_{event}_bumps_state\" AFTER {event} ON {table} BEGIN \
-                 UPDATE generations SET generation = generation + 1 WHERE tenant = {row}.tenant AND what = 'state'; END",
-                name = plugin_table(kind),
-            ));
-        }
+        statements = create_plugin_table(backend, kind);
     }
     for field in kind.fields {
         let name = fleet_guest::grammar::camel_words(field.name, '_');
-        let (ty, default) = sql_type(field.ty);
+        let (ty, default) = sql_type(backend, field.ty);
         match existing.iter().find(|(column, _)| *column == name) {
-            Some((_, had)) if had != ty => anyhow::bail!(
+            Some((_, had)) if !had.eq_ignore_ascii_case(ty) => anyhow::bail!(
                 "field {} is stored as {had} and the plugin now declares it as {ty}: a field's type cannot change \
                  over existing objects",
                 field.name
@@ -116,7 +160,7 @@ pub fn prepare_plugin_table(db: &Connection, kind: &Descriptor, read_only: bool)
     if read_only {
         anyhow::bail!("the database has no table (or not every column) for it: serve it once without --read-only");
     }
-    db.execute_batch(&format!("BEGIN IMMEDIATE; {}; COMMIT;", statements.join("; ")))?;
+    db.batch(&statements.join("; "))?;
     Ok(())
 }
 
@@ -136,24 +180,18 @@ fn select(kind: &Descriptor) -> String {
     )
 }
 
-fn conversion_failed(index: usize, error: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error))
+fn count(row: &Row, index: usize) -> Result<u64, db::Error> {
+    Ok(row.get::<i64>(index)?.max(0) as u64)
 }
 
-fn count(row: &Row, index: usize) -> rusqlite::Result<u64> {
-    Ok(row.get::<_, i64>(index)?.max(0) as u64)
-}
-
-fn read_row(kind: &Descriptor, row: &Row) -> rusqlite::Result<Object> {
+fn read_row(kind: &Descriptor, row: &Row) -> Result<Object, db::Error> {
     let mut fields = Map::new();
     for (offset, field) in kind.fields.iter().enumerate() {
         let index = offset + 1;
         let value = match field.ty {
             FieldType::Count => Value::from(count(row, index)?),
             FieldType::Bool => Value::Bool(row.get(index)?),
-            FieldType::Map => {
-                serde_json::from_str(row.get_ref(index)?.as_str()?).map_err(|error| conversion_failed(index, error))?
-            }
+            FieldType::Map => serde_json::from_str(row.text(index)?).map_err(|error| db::decode(index, error))?,
             FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::String(row.get(index)?),
         };
         fields.insert(field.name.into(), value);
@@ -169,21 +207,19 @@ fn read_row(kind: &Descriptor, row: &Row) -> rusqlite::Result<Object> {
 }
 
 /// Every object of the tenant, ordered by key.
-pub fn load_all(db: &Connection, kind: &Descriptor, tenant: &str) -> Result<Vec<Object>, ApiError> {
+pub fn load_all(db: &Conn, kind: &Descriptor, tenant: &str) -> Result<Vec<Object>, ApiError> {
     let sql = format!("{} ORDER BY {}", select(kind), column(kind.identity_name()));
-    let mut statement = db.prepare_cached(&sql)?;
-    let rows = statement.query_map([tenant], |row| read_row(kind, row))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(db.query(&sql, params![tenant], |row| read_row(kind, row))?)
 }
 
 /// The tenant's object of `kind` with this key.
-pub fn load(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
+pub fn load(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
     load_where(db, kind, tenant, &column(kind.identity_name()), key)
 }
 
 /// The tenant's object of `kind` made with this idempotency key.
 pub fn load_by_idempotency_key(
-    db: &Connection,
+    db: &Conn,
     kind: &Descriptor,
     tenant: &str,
     idempotency_key: &str,
@@ -193,21 +229,20 @@ pub fn load_by_idempotency_key(
 
 /// The tenant's object of `kind` whose (unique) column `column` is `value`.
 fn load_where(
-    db: &Connection,
+    db: &Conn,
     kind: &Descriptor,
     tenant: &str,
     column: &str,
     value: &str,
 ) -> Result<Option<Object>, ApiError> {
     let sql = format!("{} AND {column} = ?2", select(kind));
-    let mut statement = db.prepare_cached(&sql)?;
-    Ok(statement.query_row([tenant, value], |row| read_row(kind, row)).optional()?)
+    Ok(db.query_opt(&sql, params![tenant, value], |row| read_row(kind, row))?)
 }
 
 /// The keys of the tenant's live objects of `kind` whose field `field` is `value`,
 /// sorted.
 pub fn live_keys_where(
-    db: &Connection,
+    db: &Conn,
     kind: &Descriptor,
     tenant: &str,
     field: &str,
@@ -220,48 +255,53 @@ pub fn live_keys_where(
         table(kind),
         column(field)
     );
-    let mut statement = db.prepare_cached(&sql)?;
-    let keys = statement.query_map([tenant, value], |row| row.get(0))?;
-    Ok(keys.collect::<Result<_, _>>()?)
+    Ok(db.query(&sql, params![tenant, value], |row| row.get(0))?)
 }
 
-fn sql_value(ty: FieldType, value: &Value) -> Box<dyn ToSql> {
+/// A field's value as its column holds it; maps are written to `texts` first.
+fn sql_value<'a>(ty: FieldType, value: &'a Value, map: Option<&'a str>) -> Param<'a> {
     match ty {
-        FieldType::Count => Box::new(value.as_i64().unwrap_or_default()),
-        FieldType::Bool => Box::new(value.as_bool().unwrap_or_default()),
-        FieldType::Map => Box::new(value.to_string()),
-        FieldType::String | FieldType::Name | FieldType::Ref(_) => {
-            Box::new(value.as_str().unwrap_or_default().to_owned())
-        }
+        FieldType::Count => Param::Int(value.as_i64().unwrap_or_default()),
+        FieldType::Bool => Param::Bool(value.as_bool().unwrap_or_default()),
+        FieldType::Map => Param::Text(map.unwrap_or("{}")),
+        FieldType::String | FieldType::Name | FieldType::Ref(_) => Param::Text(value.as_str().unwrap_or_default()),
     }
 }
 
 /// Writes the whole object (insert or replace by key).
 pub fn write(
-    db: &Connection,
+    db: &Conn,
     kind: &Descriptor,
     tenant: &str,
     object: &Object,
     idempotency_key: Option<&str>,
 ) -> Result<(), ApiError> {
     let mut names = vec!["tenant".to_owned()];
-    let mut values: Vec<Box<dyn ToSql>> = vec![Box::new(tenant.to_owned())];
+    let mut values = vec![Param::Text(tenant)];
     names.extend(columns(kind));
-    values.push(Box::new(object.key.clone()));
-    for field in kind.fields {
-        values.push(sql_value(field.ty, object.fields.get(field.name).unwrap_or(&Value::Null)));
+    values.push(Param::Text(&object.key));
+    let field_values: Vec<&Value> =
+        kind.fields.iter().map(|field| object.fields.get(field.name).unwrap_or(&Value::Null)).collect();
+    let maps: Vec<Option<String>> = kind
+        .fields
+        .iter()
+        .zip(&field_values)
+        .map(|(field, value)| (field.ty == FieldType::Map).then(|| value.to_string()))
+        .collect();
+    for ((field, value), map) in kind.fields.iter().zip(&field_values).zip(&maps) {
+        values.push(sql_value(field.ty, value, map.as_deref()));
     }
     if kind.archives() {
         names.push("archived".into());
-        values.push(Box::new(object.archived));
+        values.push(Param::Bool(object.archived));
     }
     if !kind.upserted() {
         names.push("idempotency_key".into());
-        values.push(Box::new(idempotency_key.map(str::to_owned)));
+        values.push(idempotency_key.into());
     }
     names.extend(["created_at".to_owned(), "updated_at".to_owned()]);
-    values.push(Box::new(object.created_at.clone()));
-    values.push(Box::new(object.updated_at.clone()));
+    values.push(Param::Text(&object.created_at));
+    values.push(Param::Text(&object.updated_at));
     let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
     let identity = column(kind.identity_name());
     let assignments: Vec<String> = names
@@ -276,55 +316,56 @@ pub fn write(
         placeholders.join(", "),
         assignments.join(", ")
     );
-    db.prepare_cached(&sql)?.execute(params_from_iter(values.iter()))?;
+    db.execute(&sql, &values)?;
     Ok(())
 }
 
-pub fn delete(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
+pub fn delete(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
     let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", table(kind), column(kind.identity_name()));
-    db.prepare_cached(&sql)?.execute([tenant, key])?;
+    db.execute(&sql, params![tenant, key])?;
     Ok(())
 }
 
 /// Frees an idempotency key held by an archived object.
-pub fn release_idempotency_key(db: &Connection, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
+pub fn release_idempotency_key(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
     let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", table(kind));
-    db.prepare_cached(&sql)?.execute([tenant, key])?;
+    db.execute(&sql, params![tenant, key])?;
     Ok(())
 }
 
 /// Writes the tenant's objects of `kind` as a table of the planner's state encoding,
 /// straight from the rows: this is the hot path of every plan.
-pub fn encode_table(db: &Connection, kind: &Descriptor, tenant: &str, state: &mut StateWriter) -> Result<(), ApiError> {
+pub fn encode_table(db: &Conn, kind: &Descriptor, tenant: &str, state: &mut StateWriter) -> Result<(), ApiError> {
     let sql = format!("{} ORDER BY {}", select(kind), column(kind.identity_name()));
-    let mut statement = db.prepare_cached(&sql)?;
-    let mut rows = statement.query([tenant])?;
     let mut table = state.kind_table(kind);
-    while let Some(row) = rows.next()? {
+    db.for_each(&sql, params![tenant], |row| {
         let mut writer = table.row(kind.fields.len() + 2);
-        writer.text(0, row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?);
+        writer.text(0, row.text(0)?);
         writer.flag(1, row.get(kind.fields.len() + 1)?);
         for (offset, field) in kind.fields.iter().enumerate() {
             encode_value(row, offset + 1, field.ty, offset + 2, &mut writer)?;
         }
-    }
+        Ok(())
+    })?;
     Ok(())
 }
 
-fn encode_value(row: &Row, index: usize, ty: FieldType, column: usize, writer: &mut RowWriter) -> Result<(), ApiError> {
+fn encode_value(
+    row: &Row,
+    index: usize,
+    ty: FieldType,
+    column: usize,
+    writer: &mut RowWriter,
+) -> Result<(), db::Error> {
     match ty {
         FieldType::Count => writer.count(column, count(row, index)?),
         FieldType::Bool => writer.flag(column, row.get(index)?),
         FieldType::Map => {
             let map: std::collections::BTreeMap<String, String> =
-                serde_json::from_str(row.get_ref(index)?.as_str().map_err(rusqlite::Error::from)?)
-                    .map_err(|error| conversion_failed(index, error))?;
+                serde_json::from_str(row.text(index)?).map_err(|error| db::decode(index, error))?;
             writer.map(column, map.iter().map(|(key, value)| (key.as_str(), value.as_str())));
         }
-        FieldType::String | FieldType::Name | FieldType::Ref(_) => match row.get_ref(index)? {
-            ValueRef::Text(text) => writer.text(column, std::str::from_utf8(text).map_err(ApiError::internal)?),
-            _ => return Err(ApiError::internal(format_args!("column {index} is not text"))),
-        },
+        FieldType::String | FieldType::Name | FieldType::Ref(_) => writer.text(column, row.text(index)?),
     }
     Ok(())
 }

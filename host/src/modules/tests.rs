@@ -57,7 +57,7 @@ impl Fixture {
 
     fn count(&self, table: &str) -> i64 {
         let db = self.app.db.get().expect("a connection");
-        db.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| row.get(0)).expect("a count")
+        db.query_one(&format!("SELECT count(*) FROM {table}"), &[], |row| row.get(0)).expect("a count")
     }
 }
 

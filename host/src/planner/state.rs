@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::db::Conn;
 use fleet_guest::Snapshot;
 use fleet_guest::state::StateWriter;
-use rusqlite::Connection;
 
 use crate::api::ApiError;
 use crate::cache::{Cache, Scope, generation};
@@ -31,7 +31,7 @@ impl Reader {
     }
 
     /// The state encoding of the tenant, as of the transaction `db` is in.
-    pub fn encode(&self, db: &Connection, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError> {
+    pub fn encode(&self, db: &Conn, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError> {
         let generation = generation(db, tenant, Scope::State)?;
         if let Some(state) = self.cache.get(tenant, generation) {
             return Ok(state);
@@ -43,7 +43,7 @@ impl Reader {
 
     /// Everything the planner reads of the caller's tenant, at once, as of the
     /// transaction `db` is in.
-    pub fn snapshot(&self, db: &Connection, caller: &Caller) -> Result<Snapshot, ApiError> {
+    pub fn snapshot(&self, db: &Conn, caller: &Caller) -> Result<Snapshot, ApiError> {
         let state = self.encode(db, &caller.tenant)?;
         let mut snapshot = fleet_guest::state::decode(&self.modules.catalog, &state)?;
         snapshot.caller = fleet_guest::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() };
@@ -52,7 +52,7 @@ impl Reader {
 }
 
 /// The state encoding of the tenant's objects and bindings.
-pub fn encode(modules: &Modules, db: &Connection, tenant: &str) -> Result<Vec<u8>, ApiError> {
+pub fn encode(modules: &Modules, db: &Conn, tenant: &str) -> Result<Vec<u8>, ApiError> {
     let mut state = StateWriter::new();
     state.modules(modules.running().map(|kind| kind.kind));
     for kind in modules.running() {

@@ -24,7 +24,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "fleet", version, about = "A declarative control plane for compute capacity")]
 struct Cli {
-    /// The SQLite database file.
+    /// The database: a SQLite file, or `postgres://user:password@host:5432/name` for
+    /// replicas on one PostgreSQL database.
     #[arg(long, global = true, env = "FLEET_DB", default_value = "./fleet.db")]
     db: PathBuf,
     #[command(subcommand)]
@@ -334,7 +335,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
         Command::Serve(serve) => run_server(db_path, serve),
         Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => {
             let pool = db::open(&db_path)?;
-            auth::create_tenant(&*pool.get()?, &tenant, &db::now())?;
+            auth::create_tenant(&pool.get()?, &tenant, &db::now())?;
             println!("created tenant {tenant}");
             Ok(())
         }
@@ -343,7 +344,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             let now = std::time::SystemTime::now();
             let expires_at = expires.map(|valid| humantime::format_rfc3339_seconds(now + valid).to_string());
             let token =
-                auth::create_token(&*pool.get()?, &tenant, &principal, &grants, &db::now(), expires_at.as_deref())?;
+                auth::create_token(&pool.get()?, &tenant, &principal, &grants, &db::now(), expires_at.as_deref())?;
             let until = expires_at.map(|at| format!(", valid until {at}")).unwrap_or_default();
             println!("created a token for {principal} in tenant {tenant}{until}; it is shown only once:");
             println!("{token}");
@@ -351,7 +352,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
         }
         Command::Admin(Admin::Token(TokenCommand::List { tenant, json })) => {
             let pool = db::open(&db_path)?;
-            let tokens = auth::list_tokens(&*pool.get()?, &tenant)?;
+            let tokens = auth::list_tokens(&pool.get()?, &tenant)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&tokens)?);
                 return Ok(());
@@ -376,7 +377,7 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
         }
         Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => {
             let pool = db::open(&db_path)?;
-            auth::revoke_token(&*pool.get()?, &id, &db::now())?;
+            auth::revoke_token(&pool.get()?, &id, &db::now())?;
             println!("revoked {id}; every server on this database refuses it from the next request on");
             Ok(())
         }
@@ -452,8 +453,9 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     config.plugin_budget.memory_bytes = (serve.plugin_memory_mib as usize) << 20;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        // Everything that can refuse to start (the database, plugins) before listening.
-        let app = App::new(config)?;
+        // Everything that can refuse to start (the database, plugins) before listening;
+        // on a blocking thread, where the PostgreSQL client may run its own runtime.
+        let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
         let listener = tokio::net::TcpListener::bind(&serve.listen)
             .await
             .with_context(|| format!("cannot listen on {}", serve.listen))?;

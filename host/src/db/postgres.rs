@@ -1,0 +1,279 @@
+//! PostgreSQL: replicas of fleet on one database (SPEC §12). Each pooled connection
+//! keeps its statements prepared; writers serialize on one advisory lock taken at the
+//! start of their transaction, as SQLite's writers do on its file lock
+//! (docs/decisions/0012); migrations run once, under another advisory lock, however
+//! many replicas start together; events wake every replica through `LISTEN`/`NOTIFY`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Statement};
+
+use super::{Error, Options, Param, Pool, Tx, migrations};
+
+/// The advisory lock every write transaction holds until it ends.
+const WRITE_LOCK: i64 = 0x666c_6565_7401;
+/// The advisory lock migrations and schema changes hold.
+const SCHEMA_LOCK: i64 = 0x666c_6565_7402;
+/// The channel `NOTIFY` wakes event subscribers on.
+pub const NOTIFY_CHANNEL: &str = "fleet_events";
+
+/// Whether a PostgreSQL error is a passing condition the client may retry.
+pub(super) fn is_busy(error: &postgres::Error) -> bool {
+    error.is_closed()
+        || matches!(
+            error.code(),
+            Some(
+                &SqlState::LOCK_NOT_AVAILABLE
+                    | &SqlState::T_R_SERIALIZATION_FAILURE
+                    | &SqlState::T_R_DEADLOCK_DETECTED
+                    | &SqlState::QUERY_CANCELED
+                    | &SqlState::ADMIN_SHUTDOWN
+                    | &SqlState::CANNOT_CONNECT_NOW
+            )
+        )
+}
+
+/// A connection with its prepared statements, by the SQL the host wrote.
+pub struct Connection {
+    client: Client,
+    statements: HashMap<String, Statement>,
+    in_transaction: bool,
+}
+
+impl Connection {
+    fn statement(&mut self, sql: &str) -> Result<Statement, Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(&placeholders(sql))?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    pub(super) fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, Error> {
+        let statement = self.statement(sql)?;
+        Ok(self.client.execute(&statement, &bind(params))?)
+    }
+
+    pub(super) fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<postgres::Row>, Error> {
+        let statement = self.statement(sql)?;
+        Ok(self.client.query(&statement, &bind(params))?)
+    }
+
+    pub(super) fn batch(&mut self, sql: &str) -> Result<(), Error> {
+        Ok(self.client.batch_execute(sql)?)
+    }
+
+    /// Readers see one snapshot of the whole database (`REPEATABLE READ`). Writers run
+    /// `READ COMMITTED` after taking the write lock, so each of their statements sees
+    /// every write committed before it: nobody else can write in between.
+    pub(super) fn begin(&mut self, mode: Tx) -> Result<(), Error> {
+        if self.in_transaction {
+            tracing::warn!("a pooled connection still had a transaction open; rolling it back");
+            self.end("ROLLBACK")?;
+        }
+        let begin = match mode {
+            Tx::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ".to_owned(),
+            Tx::Write => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            Tx::Schema => format!("BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
+        };
+        self.in_transaction = true;
+        self.client.batch_execute(&begin)?;
+        Ok(())
+    }
+
+    /// `COMMIT` or `ROLLBACK`.
+    pub(super) fn end(&mut self, sql: &str) -> Result<(), Error> {
+        self.in_transaction = false;
+        Ok(self.client.batch_execute(sql)?)
+    }
+}
+
+fn bind<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
+    params.iter().map(|param| param as &(dyn postgres::types::ToSql + Sync)).collect()
+}
+
+/// The host's `?N` parameters as PostgreSQL's `$N`, outside quoted text and names.
+fn placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quote = None;
+    for character in sql.chars() {
+        match (quote, character) {
+            (None, '\'' | '"') => quote = Some(character),
+            (Some(open), _) if open == character => quote = None,
+            (None, '?') => {
+                out.push('$');
+                continue;
+            }
+            _ => {}
+        }
+        out.push(character);
+    }
+    out
+}
+
+/// Makes pooled connections: each sets its lock timeout (the busy timeout) and, on a
+/// read-only server, refuses every write itself.
+pub struct Manager {
+    config: postgres::Config,
+    options: Options,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Connection;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Connection, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        let mut settings = format!("SET lock_timeout = {}", self.options.busy_timeout.as_millis().max(1));
+        if self.options.read_only {
+            settings.push_str("; SET default_transaction_read_only = on");
+        }
+        client.batch_execute(&settings)?;
+        Ok(Connection { client, statements: HashMap::new(), in_transaction: false })
+    }
+
+    fn is_valid(&self, connection: &mut Connection) -> Result<(), postgres::Error> {
+        connection.client.is_valid(Duration::from_secs(5))
+    }
+
+    fn has_broken(&self, connection: &mut Connection) -> bool {
+        connection.client.is_closed()
+    }
+}
+
+pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
+    let config: postgres::Config = url.parse().with_context(|| "the --db URL is not a PostgreSQL connection URL")?;
+    let mut first =
+        config.connect(NoTls).with_context(|| format!("cannot connect to the PostgreSQL database {}", shown(url)))?;
+    let pending = migrate(&mut first, options.read_only)?;
+    anyhow::ensure!(
+        pending == 0,
+        "the database {} is {pending} migration(s) behind this fleet; a read-only server does not migrate: \
+         start a writable `fleet serve` on it once",
+        shown(url)
+    );
+    drop(first);
+    let manager = Manager { config, options };
+    // Not tested on every checkout (a round trip per request): a connection the server
+    // closed fails its statement with a retryable `UNAVAILABLE`, and the pool drops it.
+    let pool = r2d2::Pool::builder()
+        .max_size(16)
+        .min_idle(Some(2))
+        .test_on_check_out(false)
+        .connection_timeout(options.busy_timeout)
+        .build(manager)?;
+    Ok(Pool::Postgres(pool))
+}
+
+/// The URL without its password, for messages.
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Applies the pending migrations (none when read-only) under the schema lock, so
+/// replicas that start together migrate once; returns how many remain pending.
+fn migrate(client: &mut Client, read_only: bool) -> anyhow::Result<usize> {
+    client.batch_execute(&format!("SELECT pg_advisory_lock({SCHEMA_LOCK})"))?;
+    let outcome = migrate_locked(client, read_only);
+    client.batch_execute(&format!("SELECT pg_advisory_unlock({SCHEMA_LOCK})"))?;
+    outcome
+}
+
+fn migrate_locked(client: &mut Client, read_only: bool) -> anyhow::Result<usize> {
+    if !read_only {
+        client.batch_execute(
+            "CREATE TABLE IF NOT EXISTS fleet_schema (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at TEXT NOT NULL)",
+        )?;
+    }
+    let exists: bool = client.query_one("SELECT to_regclass('fleet_schema') IS NOT NULL", &[])?.try_get(0)?;
+    let applied: i64 = match exists {
+        true => client.query_one("SELECT COALESCE(MAX(version), 0) FROM fleet_schema", &[])?.try_get(0)?,
+        false => 0,
+    };
+    let pending: Vec<_> = migrations::POSTGRES.iter().enumerate().skip(applied as usize).collect();
+    if read_only {
+        return Ok(pending.len());
+    }
+    for (index, (name, sql)) in pending {
+        let mut transaction = client.transaction()?;
+        transaction.batch_execute(sql).with_context(|| format!("migration {name}"))?;
+        transaction.execute(
+            "INSERT INTO fleet_schema (version, name, applied_at) VALUES ($1, $2, $3)",
+            &[&(index as i64 + 1), name, &super::now()],
+        )?;
+        transaction.commit()?;
+    }
+    Ok(0)
+}
+
+/// The connection that hears `NOTIFY` from every replica, on a thread of its own; it
+/// reconnects after a failure, and calls `wake` then too (whatever was published
+/// meanwhile is read by `seq` like anything else).
+pub struct Listener {
+    url: String,
+}
+
+impl Listener {
+    pub(super) fn new(url: String) -> Listener {
+        Listener { url }
+    }
+
+    /// Listens until the process ends, calling `wake` for every notification.
+    pub fn spawn(self, wake: impl Fn() + Send + 'static) {
+        let spawned = std::thread::Builder::new().name("fleet-listen".into()).spawn(move || {
+            loop {
+                if let Err(error) = self.listen(&wake) {
+                    tracing::warn!(%error, "lost the connection that hears other replicas' events; reconnecting");
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                wake();
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the thread that hears other replicas' events");
+        }
+    }
+
+    fn listen(&self, wake: &impl Fn()) -> Result<(), postgres::Error> {
+        let mut client = Client::connect(&self.url, NoTls)?;
+        client.batch_execute(&format!("LISTEN {NOTIFY_CHANNEL}"))?;
+        let mut notifications = client.notifications();
+        let mut iter = notifications.blocking_iter();
+        while postgres::fallible_iterator::FallibleIterator::next(&mut iter)?.is_some() {
+            wake();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_outside_quotes() {
+        assert_eq!(
+            placeholders("SELECT a FROM t WHERE b = ?1 AND c = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c = $12"
+        );
+        assert_eq!(placeholders("SELECT '?1', \"?2\" FROM t WHERE x = ?3"), "SELECT '?1', \"?2\" FROM t WHERE x = $3");
+    }
+
+    #[test]
+    fn messages_never_show_the_password() {
+        assert_eq!(shown("postgres://fleet:secret@db:5432/fleet"), "postgres://fleet@db:5432/fleet");
+        assert_eq!(shown("postgres://db/fleet"), "postgres://db/fleet");
+    }
+}

@@ -1,0 +1,132 @@
+//! A throwaway PostgreSQL cluster for the suite's `e2e-postgres` run: made with the
+//! system's binaries (Debian's `postgresql` package) in a temp dir, listening on a
+//! loopback port, run as an unprivileged user when the tests run as root (`initdb`
+//! refuses root). A shell that owns the server stops it and removes its directory when
+//! this test process ends, however it ends: it waits on a pipe only this process holds.
+
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const USER: &str = "fleet";
+
+pub struct Cluster {
+    port: u16,
+    /// The shell that owns the server; it outlives this process by the moments it
+    /// takes to stop the server.
+    _guard: std::sync::Mutex<Child>,
+    /// Closing it (at exit) stops the server.
+    _lifeline: std::sync::Mutex<ChildStdin>,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static DATABASES: AtomicU32 = AtomicU32::new(0);
+
+/// A new empty database on the suite's cluster, as a `--db` URL.
+pub fn new_database() -> String {
+    let cluster = CLUSTER.get_or_init(start);
+    let name = format!("fleet_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
+    cluster.client("postgres").batch_execute(&format!("CREATE DATABASE {name}")).expect("a database");
+    cluster.url(&name)
+}
+
+/// A client of the database a `--db` URL names.
+pub fn connect(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, postgres::NoTls).expect("the test cluster answers")
+}
+
+impl Cluster {
+    fn url(&self, database: &str) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port)
+    }
+
+    fn client(&self, database: &str) -> postgres::Client {
+        connect(&self.url(database))
+    }
+}
+
+/// The directory of the newest installed PostgreSQL's binaries.
+fn binaries() -> Option<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path().join("bin"))))
+        .filter(|(_, bin): &(u32, PathBuf)| bin.join("initdb").exists() && bin.join("postgres").exists())
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// Without PostgreSQL's binaries the suite cannot run: CI (which installs them) fails,
+/// a developer's machine skips the whole `e2e-postgres` run and says so loudly.
+fn missing() -> ! {
+    let message = "PostgreSQL's server binaries are not installed (no /usr/lib/postgresql/<version>/bin/initdb), \
+                   so the end-to-end suite did not run against PostgreSQL.\n\
+                   Install them (Debian/Ubuntu: `sudo apt-get install postgresql`) and run `cargo test` again.";
+    if std::env::var_os("CI").is_some() {
+        panic!("{message}");
+    }
+    let banner = "=".repeat(78);
+    let _ = writeln!(std::io::stderr(), "\n{banner}\nSKIPPED: the e2e-postgres tests.\n{message}\n{banner}\n");
+    std::process::exit(0);
+}
+
+/// The unprivileged user and group to run PostgreSQL as: ourselves, or `nobody` as root.
+fn unprivileged() -> Option<(u32, u32)> {
+    let me = std::fs::metadata("/proc/self").expect("procfs");
+    (me.uid() == 0).then_some((65534, 65534))
+}
+
+fn as_unprivileged(command: &mut Command) -> &mut Command {
+    match unprivileged() {
+        Some((uid, gid)) => command.uid(uid).gid(gid),
+        None => command,
+    }
+}
+
+fn start() -> Cluster {
+    let Some(bin) = binaries() else { missing() };
+    let dir = tempfile::Builder::new().prefix("fleet-pg-").tempdir().expect("a temp dir").keep();
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("the data directory");
+    if let Some((uid, gid)) = unprivileged() {
+        for owned in [&dir, &data] {
+            std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the cluster's directory");
+        }
+    }
+    let mut initdb = Command::new(bin.join("initdb"));
+    initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
+    assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // The shell starts the server, waits for its stdin to close (this process ended),
+    // stops the server fast and removes the cluster.
+    let script = r#"
+        "$0/postgres" -D "$1/data" -p "$2" -k "$1" -c listen_addresses=127.0.0.1 -c max_connections=500 \
+            -c fsync=off -c synchronous_commit=off -c full_page_writes=off >"$1/server.log" 2>&1 &
+        server=$!
+        cat >/dev/null
+        kill -INT "$server"
+        wait "$server"
+        rm -rf "$1"
+    "#;
+    let mut guard = Command::new("sh");
+    guard.args(["-c", script]).arg(&bin).arg(&dir).arg(port.to_string()).stdin(Stdio::piped());
+    let mut child = as_unprivileged(&mut guard).spawn().expect("the cluster starts");
+    let lifeline = child.stdin.take().expect("a pipe");
+    let cluster =
+        Cluster { port, _guard: std::sync::Mutex::new(child), _lifeline: std::sync::Mutex::new(lifeline) };
+    let started = Instant::now();
+    while postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).is_err() {
+        let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        assert!(started.elapsed() < Duration::from_secs(60), "PostgreSQL did not start: {log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster
+}

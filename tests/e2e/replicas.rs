@@ -1,0 +1,151 @@
+//! Three replicas on one PostgreSQL database behave as one server (SPEC §12): one set of
+//! objects from concurrent applies, one drift event, events heard across replicas, the
+//! reconciler's lease taken over from a killed replica, a revoked token refused by all.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::fleet::estate;
+use crate::support::{Launch, Server, code, database_of, postgres};
+
+const INTERVAL: &str = "1s";
+
+/// Polls `done` until it holds or `limit` passes; says whether it held.
+fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+fn event_types(server: &Server, token: &str) -> Vec<String> {
+    let events = server.ok(token, "events/list", json!({}))["events"].clone();
+    events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap().to_owned()).collect()
+}
+
+/// An SSE subscriber: a thread that keeps everything the stream sends.
+fn subscribe(server: &Server, token: &str) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    let request = format!(
+        "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        server.address()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = received.clone();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = stream.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            kept.lock().unwrap().push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    });
+    received
+}
+
+#[test]
+fn three_replicas_on_one_postgres_database_behave_as_one_server() {
+    if !postgres() {
+        // Replicas are PostgreSQL's (SPEC §12); two servers on one SQLite file are
+        // tested in caches.rs.
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let launch = Launch { db: Some(database_of(dir.path())), ..Launch::default() };
+    let flags = ["--drift-interval", INTERVAL];
+    let mut replicas: Vec<Server> =
+        (0..3).map(|_| Server::launch(tempfile::tempdir().unwrap(), &flags, &launch)).collect();
+    let token = replicas[0].tenant_with_token("acme");
+
+    // 8 concurrent applies of one document, spread over the replicas: one set of
+    // objects, the first apply makes every call and the others find nothing to do.
+    let applied: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..8)
+            .map(|run| {
+                let (replica, token) = (&replicas[run % 3], &token);
+                scope.spawn(move || replica.call(token, "fleet/apply", json!({"document": estate()})))
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap()).collect()
+    });
+    for (status, body) in &applied {
+        assert_eq!(*status, 200, "{body}");
+    }
+    let calls: u64 = applied.iter().map(|(_, body)| body["applied"].as_u64().unwrap()).sum();
+    assert_eq!(calls, 6, "{applied:?}");
+    for group in ["sites", "accounts", "pools", "quotas", "offers", "flavors"] {
+        let items = replicas[1].ok(&token, &format!("{group}/list"), json!({}))["items"].clone();
+        assert_eq!(items.as_array().unwrap().len(), 1, "{group}: {items}");
+    }
+
+    // A subscriber on C; a drift made through A is reported once while all run.
+    let stream = subscribe(&replicas[2], &token);
+    let pool = replicas[0].ok(&token, "pools/list", json!({}))["items"][0]["id"].clone();
+    replicas[0].ok(&token, "pools/update", json!({"id": pool, "gpus": 1}));
+    assert!(
+        eventually(Duration::from_secs(10), || event_types(&replicas[1], &token) == ["fleet.drifted"]),
+        "{:?}",
+        event_types(&replicas[1], &token)
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(event_types(&replicas[2], &token), ["fleet.drifted"], "three intervals later, still one event");
+
+    // An apply through A publishes the convergence there; C's subscriber hears it
+    // at once (well before the stream's 15-second keep-alive re-read).
+    let published = Instant::now();
+    replicas[0].ok(&token, "fleet/apply", json!({"document": estate()}));
+    assert!(
+        eventually(Duration::from_secs(5), || stream.lock().unwrap().contains("event: fleet.converged")),
+        "C's stream: {}",
+        stream.lock().unwrap()
+    );
+    assert!(published.elapsed() < Duration::from_secs(5));
+    let received = stream.lock().unwrap().clone();
+    assert_eq!(received.matches("event: fleet.drifted").count(), 1, "no duplicates: {received}");
+    assert!(received.contains("id: 1\n") && received.contains("id: 2\n"), "no gaps: {received}");
+
+    // A token revoked through the database is refused by every replica at once, even
+    // those that had it cached.
+    let doomed = replicas[0].token("acme", "bob", &[crate::support::ALL]);
+    for replica in &replicas {
+        replica.ok(&doomed, "sites/list", json!({}));
+        replica.ok(&doomed, "sites/list", json!({}));
+    }
+    let listed: Value = serde_json::from_str(&replicas[0].admin(&["token", "list", "--tenant", "acme", "--json"])).unwrap();
+    let id = listed.as_array().unwrap().iter().find(|token| token["principal"] == "bob").unwrap()["id"].clone();
+    replicas[0].admin(&["token", "revoke", id.as_str().unwrap()]);
+    for replica in &replicas {
+        let (status, body) = replica.call(&doomed, "sites/list", json!({}));
+        assert_eq!((status, code(&body)), (401, "UNAUTHENTICATED"), "{body}");
+    }
+
+    // SIGKILL the replica that last claimed the reconciler's lease: another one takes
+    // the next check, within an interval of it falling due.
+    let mut sql = replicas[0].sql();
+    let mut holder = || sql.text("SELECT holder FROM leases WHERE name = 'fleet.drift'").unwrap();
+    let killed_pid = holder().rsplit(':').next().unwrap().parse::<u32>().unwrap();
+    let killed = replicas.iter().position(|replica| replica.pid() == killed_pid).expect("the holder is a replica");
+    replicas[killed].kill();
+    let survivor = &replicas[(killed + 1) % 3];
+    let pool = survivor.ok(&token, "pools/list", json!({}))["items"][0]["id"].clone();
+    survivor.ok(&token, "pools/update", json!({"id": pool, "gpus": 2}));
+    let killed_at = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || event_types(survivor, &token).len() == 3),
+        "{:?}",
+        event_types(survivor, &token)
+    );
+    assert!(killed_at.elapsed() < Duration::from_secs(3), "checked within the next interval: {:?}", killed_at.elapsed());
+    assert_eq!(event_types(survivor, &token)[2], "fleet.drifted");
+    let now_held_by = holder();
+    assert!(!now_held_by.ends_with(&format!(":{killed_pid}")), "another replica holds the lease: {now_held_by}");
+}
