@@ -108,7 +108,7 @@ impl From<rusqlite::Error> for ApiError {
 #[derive(Clone)]
 pub enum Pool {
     Sqlite(r2d2::Pool<r2d2_sqlite::SqliteConnectionManager>),
-    Postgres(r2d2::Pool<postgres::Manager>),
+    Postgres(postgres::Connections),
 }
 
 impl Pool {

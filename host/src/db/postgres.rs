@@ -145,6 +145,31 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// The pool of a server. Dropped off the async runtime: the client closes each
+/// connection by blocking on a runtime of its own, which cannot start on a thread that
+/// drives async tasks (where a server's or a benchmark's last handle may go).
+#[derive(Clone)]
+pub struct Connections(Option<r2d2::Pool<Manager>>);
+
+impl Connections {
+    pub fn get(&self) -> Result<r2d2::PooledConnection<Manager>, r2d2::Error> {
+        match &self.0 {
+            Some(pool) => pool.get(),
+            // Taken only by `drop`.
+            None => unreachable!("a pool is only taken when it is dropped"),
+        }
+    }
+}
+
+impl Drop for Connections {
+    fn drop(&mut self) {
+        let Some(pool) = self.0.take() else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = std::thread::spawn(move || drop(pool)).join();
+        }
+    }
+}
+
 pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
     let config: postgres::Config = url.parse().with_context(|| "the --db URL is not a PostgreSQL connection URL")?;
     let mut first =
@@ -166,7 +191,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         .test_on_check_out(false)
         .connection_timeout(options.busy_timeout)
         .build(manager)?;
-    Ok(Pool::Postgres(pool))
+    Ok(Pool::Postgres(Connections(Some(pool))))
 }
 
 /// The URL without its password, for messages.
