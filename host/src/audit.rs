@@ -66,11 +66,18 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
     Ok(())
 }
 
-/// Inside an apply's transaction: its records get the plan hash it applied.
-pub fn stamp_plan_hash(db: &Conn, tenant: &str, plan_hash: &str) -> Result<(), ApiError> {
+/// The sequence number of the last audit record (0 before the first).
+pub fn last_seq(db: &Conn) -> Result<i64, ApiError> {
+    Ok(db.query_one("SELECT coalesce(max(seq), 0) FROM audit", &[], |row| row.get(0))?)
+}
+
+/// Inside an apply's transaction: its records, those after `after` (the last record
+/// before it began: writers run one at a time), get the plan hash it applied. A range
+/// of the primary key, however long the tenant's history.
+pub fn stamp_plan_hash(db: &Conn, tenant: &str, after: i64, plan_hash: &str) -> Result<(), ApiError> {
     db.execute(
-        "UPDATE audit SET plan_hash = ?2 WHERE tenant = ?1 AND via = 'fleet.apply' AND plan_hash IS NULL",
-        params![tenant, plan_hash],
+        "UPDATE audit SET plan_hash = ?3 WHERE seq > ?2 AND tenant = ?1 AND via = 'fleet.apply' AND plan_hash IS NULL",
+        params![tenant, after, plan_hash],
     )?;
     Ok(())
 }

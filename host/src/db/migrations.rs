@@ -5,26 +5,18 @@
 
 use rusqlite_migration::{M, Migrations};
 
-macro_rules! migrations {
-    ($backend:literal: $($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!("migrations/", $backend, "/", $name, ".sql")))),*]
+/// The history, by name, once: each backend's file of that name is its step (a step
+/// missing in either dialect does not compile).
+macro_rules! history {
+    ($($name:literal),* $(,)?) => {
+        const SQLITE: &[(&str, &str)] =
+            &[$(($name, include_str!(concat!("migrations/sqlite/", $name, ".sql")))),*];
+        pub const POSTGRES: &[(&str, &str)] =
+            &[$(($name, include_str!(concat!("migrations/postgres/", $name, ".sql")))),*];
     };
 }
 
-/// The history, by name: each backend's file of that name is its step.
-const SQLITE: &[(&str, &str)] = migrations!("sqlite":
-    "0001_tenants_tokens",
-    "0002_modules",
-    "0003_fleet",
-    "0004_checked_at",
-    "0005_token_lifecycle",
-    "0006_audit",
-    "0007_columns_from_fields",
-    "0008_generations",
-    "0009_leases",
-);
-
-pub const POSTGRES: &[(&str, &str)] = migrations!("postgres":
+history!(
     "0001_tenants_tokens",
     "0002_modules",
     "0003_fleet",
@@ -47,9 +39,17 @@ mod tests {
         super::sqlite().validate().unwrap();
     }
 
+    /// Every file of either dialect is a step of the history.
     #[test]
-    fn both_backends_have_one_history() {
-        let names = |migrations: &[(&'static str, &str)]| migrations.iter().map(|(name, _)| *name).collect::<Vec<_>>();
-        assert_eq!(names(super::SQLITE), names(super::POSTGRES));
+    fn every_migration_file_is_in_the_history() {
+        for (dialect, history) in [("sqlite", super::SQLITE), ("postgres", super::POSTGRES)] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/db/migrations").join(dialect);
+            let mut files: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().trim_end_matches(".sql").to_owned())
+                .collect();
+            files.sort();
+            assert_eq!(files, history.iter().map(|(name, _)| *name).collect::<Vec<_>>(), "{dialect}");
+        }
     }
 }

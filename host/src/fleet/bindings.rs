@@ -1,10 +1,11 @@
 //! Name bindings (SPEC §5): `(tenant, kind, name) -> id` for every object fleet created
 //! under a name. Export keys bound objects by name; plans resolve names through them.
 
-use crate::api::ApiError;
-use crate::db::Conn;
-use crate::params;
 use fleet_guest::Binding;
+
+use crate::api::ApiError;
+use crate::db::{Conn, Param};
+use crate::params;
 
 /// The tenant's name bindings.
 pub fn all(db: &Conn, tenant: &str) -> Result<Vec<Binding>, ApiError> {
@@ -15,12 +16,49 @@ pub fn all(db: &Conn, tenant: &str) -> Result<Vec<Binding>, ApiError> {
     )?)
 }
 
-/// Binds `name` to the object fleet created with `id`.
-pub fn bind(db: &Conn, tenant: &str, kind: &str, name: &str, id: &str) -> Result<(), ApiError> {
-    db.execute(
-        "INSERT INTO fleet_bindings (tenant, kind, name, id) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (tenant, kind, name) DO UPDATE SET id = excluded.id",
-        params![tenant, kind, name, id],
-    )?;
+/// Bindings written by one statement: a round trip for this many.
+const ROWS_PER_STATEMENT: usize = 128;
+
+/// Binds each `(kind, name)` to the object fleet created with `id`. At most one binding
+/// per `(kind, name)`: a document's keys are unique within a section.
+pub fn bind<'a>(
+    db: &Conn,
+    tenant: &str,
+    bindings: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+) -> Result<(), ApiError> {
+    let bindings: Vec<_> = bindings.into_iter().collect();
+    for chunk in bindings.chunks(ROWS_PER_STATEMENT) {
+        let rows: Vec<String> =
+            (0..chunk.len()).map(|row| format!("(?1, ?{}, ?{}, ?{})", 3 * row + 2, 3 * row + 3, 3 * row + 4)).collect();
+        let sql = format!(
+            "INSERT INTO fleet_bindings (tenant, kind, name, id) VALUES {}
+             ON CONFLICT (tenant, kind, name) DO UPDATE SET id = excluded.id",
+            rows.join(", ")
+        );
+        let mut values = vec![Param::Text(tenant)];
+        values
+            .extend(chunk.iter().flat_map(|&(kind, name, id)| [Param::Text(kind), Param::Text(name), Param::Text(id)]));
+        db.execute(&sql, &values)?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn many_bindings_are_written_in_chunks_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("fleet.db")).unwrap();
+        let db = pool.get().unwrap();
+        crate::calls::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
+        let names: Vec<(String, String)> =
+            (0..300).map(|index| (format!("pool-{index:03}"), format!("pool_{index:026}"))).collect();
+        super::bind(&db, "acme", names.iter().map(|(name, id)| ("pool", name.as_str(), id.as_str()))).unwrap();
+        // Bound again (an id changed): the binding follows.
+        super::bind(&db, "acme", [("pool", "pool-007", "pool_other")]).unwrap();
+        let bound = super::all(&db, "acme").unwrap();
+        assert_eq!(bound.len(), 300);
+        assert_eq!((bound[7].name.as_str(), bound[7].id.as_str()), ("pool-007", "pool_other"));
+        assert_eq!((bound[299].name.as_str(), bound[299].id.as_str()), ("pool-299", names[299].1.as_str()));
+    }
 }

@@ -203,11 +203,13 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     db::begin(&db, db::Tx::Write)?;
     let session =
         Session { caller, db, source: Source::Database(app.state.clone()), methods: Some(app.registry.clone()) };
+    let audited_before = crate::audit::last_seq(&session.db);
     let (session, result) = app.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
-        let applied: Value = serde_json::from_str(&output).map_err(ApiError::internal)?;
-        record(&app.metrics, &session.db, &session.caller, body, &applied)?;
-        Ok((output, applied["applied"].as_u64().unwrap_or_default()))
+        let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
+        record(&app.metrics, &session.db, &session.caller, body, &applied, audited_before?)?;
+        let calls = applied.applied;
+        Ok((output, calls))
     });
     let (output, calls) = db::finish(&session.db, recorded)?;
     app.metrics.apply_calls.inc_by(calls);
@@ -215,31 +217,65 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     Ok(output)
 }
 
+/// What `record` reads of an apply's output (the planner's JSON, which goes to the
+/// client unchanged): read in place, the rest skipped, as it is megabytes for a large
+/// estate.
+#[derive(serde::Deserialize)]
+struct Applied<'a> {
+    #[serde(borrow)]
+    plan: AppliedPlan<'a>,
+    applied: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedPlan<'a> {
+    #[serde(rename = "planHash", borrow)]
+    plan_hash: std::borrow::Cow<'a, str>,
+    summary: Value,
+    #[serde(borrow)]
+    changes: Vec<AppliedChange<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedChange<'a> {
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    key: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    action: std::borrow::Cow<'a, str>,
+}
+
+/// What `record` reads of the apply request: the document as its text, stored as sent.
+#[derive(serde::Deserialize)]
+struct ApplyRequest<'a> {
+    #[serde(borrow)]
+    document: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    prune: bool,
+}
+
 /// Inside apply's transaction: the names of created objects, the applied document,
-/// and the drift state (an apply counts as a check that converged).
+/// and the drift state (an apply counts as a check that converged). The audit records
+/// after `audited_before` are the apply's own.
 fn record(
     metrics: &crate::metrics::Metrics,
     db: &Conn,
     caller: &Caller,
     body: &str,
-    applied: &Value,
+    applied: &Applied,
+    audited_before: i64,
 ) -> Result<(), ApiError> {
     // The planner accepted the request, so it is a JSON object with a document.
-    let request: Map<String, Value> = serde_json::from_str(body).map_err(ApiError::internal)?;
-    let plan = &applied["plan"];
-    for change in plan["changes"].as_array().into_iter().flatten() {
-        let (Some(kind), Some(key), Some(id)) =
-            (change["kind"].as_str(), change["key"].as_str(), change["id"].as_str())
-        else {
-            continue;
-        };
-        if change["action"] == "create" && is_name(key) {
-            bindings::bind(db, &caller.tenant, kind, key, id)?;
-        }
-    }
-    crate::audit::stamp_plan_hash(db, &caller.tenant, plan["planHash"].as_str().unwrap_or_default())?;
-    let document = request.get("document").cloned().unwrap_or(Value::Null);
-    let prune = request.get("prune").and_then(Value::as_bool).unwrap_or(false);
+    let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
+    let plan = &applied.plan;
+    let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
+    let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
+    bindings::bind(db, &caller.tenant, named)?;
+    crate::audit::stamp_plan_hash(db, &caller.tenant, audited_before, &plan.plan_hash)?;
+    let (document, prune) = (request.document.get(), request.prune);
     db.execute(
         "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)
@@ -248,12 +284,12 @@ fn record(
            applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at",
         params![
             &caller.tenant,
-            &document.to_string(),
+            document,
             prune,
-            plan["planHash"].as_str().unwrap_or_default(),
+            &*plan.plan_hash,
             &caller.principal,
             &db::now(),
-            applied["applied"].as_i64().unwrap_or_default(),
+            i64::try_from(applied.applied).unwrap_or(i64::MAX),
         ],
     )?;
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
@@ -263,7 +299,7 @@ fn record(
             db,
             &caller.tenant,
             events::CONVERGED,
-            &json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": db::now() }),
+            &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
         )?;
     }
     Ok(())

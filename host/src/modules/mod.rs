@@ -318,7 +318,7 @@ fn check_references(
         }
         let id = object.text(field.name);
         let live = match module.target(kind) {
-            Some(target) => store::load(ctx.db, target, &ctx.caller.tenant, id)?.is_some_and(|found| !found.archived),
+            Some(target) => store::is_live(ctx.db, target, &ctx.caller.tenant, id)?,
             None => false,
         };
         if !live {
@@ -448,6 +448,9 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     }
     let fields = read_fields(module, &mut input, true);
     let now = db::now();
+    // A key made here is new: 128 random bits (were it not, the insert fails, never
+    // overwrites).
+    let chosen = id.is_some();
     let key = id.unwrap_or_else(|| new_id(prefix));
     let object = Object { key, fields, archived: false, created_at: now.clone(), updated_at: now };
     input.extend(check_rules(module, ctx, &object)?);
@@ -464,7 +467,7 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
         }
         archived_holder = Some(holder.key);
     }
-    if store::load(ctx.db, module.kind, tenant, &object.key)?.is_some() {
+    if chosen && store::load(ctx.db, module.kind, tenant, &object.key)?.is_some() {
         return Err(ApiError::new(
             Code::AlreadyExists,
             format!("{} {:?} already exists", module.kind.kind, object.key),
@@ -475,7 +478,7 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     if let Some(holder) = archived_holder {
         store::release_idempotency_key(ctx.db, module.kind, tenant, &holder)?;
     }
-    store::write(ctx.db, module.kind, tenant, &object, idempotency_key.as_deref())?;
+    store::insert(ctx.db, module.kind, tenant, &object, idempotency_key.as_deref())?;
     audit(ctx, module, "create", None, Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -521,7 +524,7 @@ fn update(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
     check_plugin(module, ctx, &object, Some(&stored))?;
-    store::write(ctx.db, module.kind, tenant, &object, None)?;
+    store::write(ctx.db, module.kind, tenant, &object)?;
     audit(ctx, module, "update", Some(&stored), Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -550,7 +553,7 @@ fn set(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
         return Ok(stored.to_json(module.kind));
     }
     check_references(ctx, module, &object, None)?;
-    store::write(ctx.db, module.kind, tenant, &object, None)?;
+    store::write(ctx.db, module.kind, tenant, &object)?;
     audit(ctx, module, "set", stored.as_ref(), Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -578,7 +581,7 @@ fn set_archived(module: &Module, ctx: &Ctx, body: Value, archived: bool) -> Resu
     if !archived {
         check_references(ctx, module, &object, None)?;
     }
-    store::write(ctx.db, module.kind, &ctx.caller.tenant, &object, None)?;
+    store::write(ctx.db, module.kind, &ctx.caller.tenant, &object)?;
     audit(ctx, module, if archived { "archive" } else { "restore" }, Some(&stored), Some(&object))?;
     Ok(object.to_json(module.kind))
 }

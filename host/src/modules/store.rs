@@ -217,6 +217,18 @@ pub fn load(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<Opt
     load_where(db, kind, tenant, &column(kind.identity_name()), key)
 }
 
+/// Whether the tenant has a live (not archived) object of `kind` with this key: one
+/// indexed lookup that reads no fields.
+pub fn is_live(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<bool, ApiError> {
+    let archived = if kind.archives() { "archived = 0" } else { "1 = 1" };
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {} WHERE tenant = ?1 AND {} = ?2 AND {archived})",
+        table(kind),
+        column(kind.identity_name())
+    );
+    Ok(db.query_one(&sql, params![tenant, key], |row| row.get(0))?)
+}
+
 /// The tenant's object of `kind` made with this idempotency key.
 pub fn load_by_idempotency_key(
     db: &Conn,
@@ -258,7 +270,7 @@ pub fn live_keys_where(
     Ok(db.query(&sql, params![tenant, value], |row| row.get(0))?)
 }
 
-/// A field's value as its column holds it; maps are written to `texts` first.
+/// A field's value as its column holds it; a map's JSON text is made by the caller.
 fn sql_value<'a>(ty: FieldType, value: &'a Value, map: Option<&'a str>) -> Param<'a> {
     match ty {
         FieldType::Count => Param::Int(value.as_i64().unwrap_or_default()),
@@ -268,13 +280,32 @@ fn sql_value<'a>(ty: FieldType, value: &'a Value, map: Option<&'a str>) -> Param
     }
 }
 
-/// Writes the whole object (insert or replace by key).
-pub fn write(
+/// Writes the whole object over the one stored with its key (or as a new one); the
+/// stored object keeps its idempotency key and creation time.
+pub fn write(db: &Conn, kind: &Descriptor, tenant: &str, object: &Object) -> Result<(), ApiError> {
+    store(db, kind, tenant, object, None, true)
+}
+
+/// Writes a new object, made with `idempotency_key` if given; an object already stored
+/// with its key is an error of the database (the caller made sure there is none, or
+/// made the key itself).
+pub fn insert(
     db: &Conn,
     kind: &Descriptor,
     tenant: &str,
     object: &Object,
     idempotency_key: Option<&str>,
+) -> Result<(), ApiError> {
+    store(db, kind, tenant, object, idempotency_key, false)
+}
+
+fn store(
+    db: &Conn,
+    kind: &Descriptor,
+    tenant: &str,
+    object: &Object,
+    idempotency_key: Option<&str>,
+    replace: bool,
 ) -> Result<(), ApiError> {
     let mut names = vec!["tenant".to_owned()];
     let mut values = vec![Param::Text(tenant)];
@@ -309,13 +340,10 @@ pub fn write(
         .filter(|name| !matches!(name.as_str(), "tenant" | "created_at" | "idempotency_key") && **name != identity)
         .map(|name| format!("{name} = excluded.{name}"))
         .collect();
-    let sql = format!(
-        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant, {identity}) DO UPDATE SET {}",
-        table(kind),
-        names.join(", "),
-        placeholders.join(", "),
-        assignments.join(", ")
-    );
+    let mut sql = format!("INSERT INTO {} ({}) VALUES ({})", table(kind), names.join(", "), placeholders.join(", "));
+    if replace {
+        sql.push_str(&format!(" ON CONFLICT (tenant, {identity}) DO UPDATE SET {}", assignments.join(", ")));
+    }
     db.execute(&sql, &values)?;
     Ok(())
 }
@@ -398,7 +426,7 @@ mod tests {
             };
             let object =
                 super::Object { key: key.clone(), fields, archived: false, created_at: now.clone(), updated_at: now };
-            super::write(&db, kind, "acme", &object, None).unwrap();
+            super::insert(&db, kind, "acme", &object, None).unwrap();
             assert_eq!(super::load(&db, kind, "acme", &key).unwrap(), Some(object), "{}", kind.kind);
             let mut state = fleet_guest::state::StateWriter::new();
             state.modules([kind.kind]);
