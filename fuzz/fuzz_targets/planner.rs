@@ -26,15 +26,19 @@ struct Case {
 }
 
 /// What the host's tables guarantee of every state it hands the planner: one object per
-/// id in each table (their primary keys), and bindings of valid names, one per name and
-/// one per id of a kind (fleet binds only names, and an id derives from its name).
+/// id in each table (their primary keys), archived objects only of the kinds that
+/// archive (the others have no such column), and bindings of valid names, one per name
+/// and one per id of a kind (fleet binds only names, and an id derives from its name).
 /// States that break these cannot occur, and plan nothing meaningful.
 fn well_formed(state: &Snapshot) -> bool {
     fn unique<T: Eq + Hash>(items: impl Iterator<Item = T>) -> bool {
         let mut seen = HashSet::new();
         items.into_iter().all(|item| seen.insert(item))
     }
+    let catalog = fleet_guest::Catalog::built_in();
+    let archives = |kind: &str| catalog.by_kind(kind).is_some_and(|position| catalog.get(position).archives());
     state.tables.values().all(|objects| unique(objects.iter().map(|object| &object.key)))
+        && state.tables.iter().all(|(kind, objects)| archives(kind) || objects.iter().all(|object| !object.archived))
         && state.bindings.iter().all(|binding| fleet_guest::grammar::is_name(&binding.name))
         && unique(state.bindings.iter().map(|binding| (&binding.kind, &binding.name)))
         && unique(state.bindings.iter().map(|binding| (&binding.kind, &binding.id)))

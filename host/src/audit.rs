@@ -1,16 +1,18 @@
-//! The audit trail (SPEC §13): one record per successful mutation, written by the module
-//! handlers in the transaction of the change itself, with the field-level changes;
-//! listed per tenant by `compute.audit.list`, and read by the drift reconciler to say
-//! who changed a drifted object.
+//! The audit trail (SPEC §13): one record per successful mutation, made by the module
+//! handlers and written in the transaction of the change itself (an apply's, many to a
+//! statement, when the apply records itself), with the field-level changes; listed per
+//! tenant by `compute.audit.list`, and read by the drift reconciler to say who changed
+//! a drifted object.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
 use crate::calls::input::{Input, Page};
-use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
-use crate::db::{self, Conn};
+use crate::calls::registry::{Ctx, Method, MethodKind, Registry, Via};
+use crate::db::{self, Conn, Param};
 use crate::params;
 
 pub fn register(registry: &mut Registry) {
@@ -44,41 +46,77 @@ pub struct FieldChange<'a> {
     pub to: Option<&'a Value>,
 }
 
-/// Appends a record of a mutation the caller just made, in its transaction. An apply's
-/// records get its plan hash when the apply records itself (`stamp_plan_hash`).
+/// Records a mutation the caller just made, in its transaction: at once over the API;
+/// inside an apply, kept in the apply's `Pending` and written with its plan hash when
+/// the apply records itself (`write_pending`), in the same transaction.
 pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldChange]) -> Result<(), ApiError> {
     let changes: Vec<Value> =
         changes.iter().map(|change| json!({"field": change.field, "from": change.from, "to": change.to})).collect();
-    ctx.db.execute(
-        "INSERT INTO audit (tenant, at, principal, method, kind, object_id, via, changes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            &ctx.caller.tenant,
-            &db::now(),
-            &ctx.caller.principal,
-            method,
-            kind,
-            id,
-            ctx.via.as_str(),
-            &Value::Array(changes).to_string()
-        ],
-    )?;
+    let record = Record {
+        tenant: ctx.caller.tenant.clone(),
+        at: db::now(),
+        principal: ctx.caller.principal.clone(),
+        method: method.to_owned(),
+        kind: kind.to_owned(),
+        id: id.to_owned(),
+        changes: Value::Array(changes).to_string(),
+    };
+    match ctx.via {
+        Via::Api => insert(ctx.db, "api", None, &[record]),
+        Via::Apply(pending) => {
+            pending.0.borrow_mut().push(record);
+            Ok(())
+        }
+    }
+}
+
+/// A record not written yet.
+struct Record {
+    tenant: String,
+    at: String,
+    principal: String,
+    method: String,
+    kind: String,
+    id: String,
+    changes: String,
+}
+
+/// The records of an apply's calls, in the order of the calls.
+#[derive(Default)]
+pub struct Pending(RefCell<Vec<Record>>);
+
+/// Records written by one statement: a round trip for this many.
+const ROWS_PER_STATEMENT: usize = 64;
+
+/// Writes an apply's records with the plan hash it applied.
+pub fn write_pending(db: &Conn, pending: &Pending, plan_hash: &str) -> Result<(), ApiError> {
+    let records = pending.0.take();
+    for chunk in records.chunks(ROWS_PER_STATEMENT) {
+        insert(db, "fleet.apply", Some(plan_hash), chunk)?;
+    }
     Ok(())
 }
 
-/// The sequence number of the last audit record (0 before the first).
-pub fn last_seq(db: &Conn) -> Result<i64, ApiError> {
-    Ok(db.query_one("SELECT coalesce(max(seq), 0) FROM audit", &[], |row| row.get(0))?)
-}
-
-/// Inside an apply's transaction: its records, those after `after` (the last record
-/// before it began: writers run one at a time), get the plan hash it applied. A range
-/// of the primary key, however long the tenant's history.
-pub fn stamp_plan_hash(db: &Conn, tenant: &str, after: i64, plan_hash: &str) -> Result<(), ApiError> {
-    db.execute(
-        "UPDATE audit SET plan_hash = ?3 WHERE seq > ?2 AND tenant = ?1 AND via = 'fleet.apply' AND plan_hash IS NULL",
-        params![tenant, after, plan_hash],
-    )?;
+fn insert(db: &Conn, via: &str, plan_hash: Option<&str>, records: &[Record]) -> Result<(), ApiError> {
+    const COLUMNS: usize = 7;
+    let rows: Vec<String> = (0..records.len())
+        .map(|row| {
+            let columns: Vec<String> = (1..=COLUMNS).map(|column| format!("?{}", 2 + COLUMNS * row + column)).collect();
+            format!("({}, ?1, ?2)", columns.join(", "))
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO audit (tenant, at, principal, method, kind, object_id, changes, via, plan_hash) VALUES {}",
+        rows.join(", ")
+    );
+    let mut values = vec![Param::Text(via), plan_hash.into()];
+    for record in records {
+        values.extend(
+            [&record.tenant, &record.at, &record.principal, &record.method, &record.kind, &record.id, &record.changes]
+                .map(Param::from),
+        );
+    }
+    db.execute(&sql, &values)?;
     Ok(())
 }
 

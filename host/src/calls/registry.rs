@@ -34,21 +34,22 @@ impl MethodKind {
 pub struct Ctx<'a> {
     pub caller: &'a Caller,
     pub db: &'a Conn,
-    pub via: Via,
+    pub via: Via<'a>,
 }
 
-/// How a module method was called: over HTTP, or by a fleet apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+/// How a module method was called: over HTTP, or by a fleet apply (whose audit records
+/// wait for it in `Pending`).
+#[derive(Clone, Copy)]
+pub enum Via<'a> {
     Api,
-    Apply,
+    Apply(&'a crate::audit::Pending),
 }
 
-impl Via {
+impl Via<'_> {
     pub fn as_str(self) -> &'static str {
         match self {
             Via::Api => "api",
-            Via::Apply => "fleet.apply",
+            Via::Apply(_) => "fleet.apply",
         }
     }
 }

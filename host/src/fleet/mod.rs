@@ -23,7 +23,7 @@ use crate::calls::parse_body;
 use crate::calls::registry::{Method, MethodKind, Registry};
 use crate::db::{self, Conn};
 use crate::params;
-use crate::planner::{Entry, Session, Source};
+use crate::planner::{Apply, Entry, Session, Source};
 
 pub fn register(registry: &mut Registry, catalog: &Catalog) {
     registry.register(
@@ -201,13 +201,15 @@ fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, A
 /// identical concurrent applies converge (the later ones with no calls).
 fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
     db::begin(&db, db::Tx::Write)?;
-    let session =
-        Session { caller, db, source: Source::Database(app.state.clone()), methods: Some(app.registry.clone()) };
-    let audited_before = crate::audit::last_seq(&session.db);
+    let methods = Some(Apply::new(app.registry.clone()));
+    let session = Session { caller, db, source: Source::Database(app.state.clone()), methods };
     let (session, result) = app.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
-        record(&app.metrics, &session.db, &session.caller, body, &applied, audited_before?)?;
+        if let Some(apply) = &session.methods {
+            crate::audit::write_pending(&session.db, &apply.audits, &applied.plan.plan_hash)?;
+        }
+        record(&app.metrics, &session.db, &session.caller, body, &applied)?;
         let calls = applied.applied;
         Ok((output, calls))
     });
@@ -258,15 +260,13 @@ struct ApplyRequest<'a> {
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document,
-/// and the drift state (an apply counts as a check that converged). The audit records
-/// after `audited_before` are the apply's own.
+/// and the drift state (an apply counts as a check that converged).
 fn record(
     metrics: &crate::metrics::Metrics,
     db: &Conn,
     caller: &Caller,
     body: &str,
     applied: &Applied,
-    audited_before: i64,
 ) -> Result<(), ApiError> {
     // The planner accepted the request, so it is a JSON object with a document.
     let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
@@ -274,7 +274,6 @@ fn record(
     let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
     let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
     bindings::bind(db, &caller.tenant, named)?;
-    crate::audit::stamp_plan_hash(db, &caller.tenant, audited_before, &plan.plan_hash)?;
     let (document, prune) = (request.document.get(), request.prune);
     db.execute(
         "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at)

@@ -56,10 +56,11 @@ impl methods::Host for Guest {
 impl Guest {
     fn invoke_checked(&mut self, name: &str, input: &str) -> Result<Value, ApiError> {
         let session = &self.session;
-        let Some(registry) = &session.methods else {
+        let Some(apply) = &session.methods else {
             return Err(ApiError::new(Code::Unsupported, "this host runs no composite methods"));
         };
-        let method = registry
+        let method = apply
+            .registry
             .by_name(name)
             .filter(|method| method.kind == MethodKind::Mutation && method.module != "fleet")
             .ok_or_else(|| ApiError::not_found(format!("no module method {name:?}")))?;
@@ -68,7 +69,7 @@ impl Guest {
         }
         let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
         auth::authorize(&session.caller, method)?;
-        let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply };
+        let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.audits) };
         method.run_in(&ctx, input)
     }
 }

@@ -104,9 +104,22 @@ pub struct Session {
     pub caller: Caller,
     pub db: Conn,
     pub source: Source,
-    /// The methods `methods.invoke` may run, inside apply's transaction; none for
-    /// export and plan.
-    pub methods: Option<Arc<Registry>>,
+    /// What `methods.invoke` needs inside apply's transaction: the methods it may run,
+    /// and where their audit records wait; none for export and plan.
+    pub methods: Option<Apply>,
+}
+
+/// The calls of an apply: the methods they may run, and their audit records, written
+/// when the apply records itself (with its plan hash).
+pub struct Apply {
+    pub registry: Arc<Registry>,
+    pub audits: crate::audit::Pending,
+}
+
+impl Apply {
+    pub fn new(registry: Arc<Registry>) -> Apply {
+        Apply { registry, audits: crate::audit::Pending::default() }
+    }
 }
 
 /// The data of one store: the session and the memory limiter.

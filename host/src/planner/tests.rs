@@ -39,7 +39,7 @@ impl Fixture {
             caller,
             db: self.app.db.get().unwrap(),
             source: Source::Database(self.app.state.clone()),
-            methods: composite.then(|| self.app.registry.clone()),
+            methods: composite.then(|| crate::planner::Apply::new(self.app.registry.clone())),
         };
         self.hostile.call(session, Entry::Plan, request).1
     }
@@ -106,7 +106,8 @@ fn the_guest_sees_only_the_callers_tenant() {
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
     };
-    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Apply };
+    let audits = crate::audit::Pending::default();
+    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Apply(&audits) };
     let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
     create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
 
