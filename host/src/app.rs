@@ -133,7 +133,7 @@ impl App {
         events::register(&mut registry);
         crate::audit::register(&mut registry);
         let (events, _) = broadcast::channel(64);
-        if let Some(listener) = db.listener(&db::Location::of(&config.db_path)) {
+        if let Some(listener) = db.listener() {
             let events = events.clone();
             listener.spawn(move || {
                 let _ = events.send(());

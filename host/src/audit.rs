@@ -98,16 +98,9 @@ pub fn write_pending(db: &Conn, pending: &Pending, plan_hash: &str) -> Result<()
 }
 
 fn insert(db: &Conn, via: &str, plan_hash: Option<&str>, records: &[Record]) -> Result<(), ApiError> {
-    const COLUMNS: usize = 7;
-    let rows: Vec<String> = (0..records.len())
-        .map(|row| {
-            let columns: Vec<String> = (1..=COLUMNS).map(|column| format!("?{}", 2 + COLUMNS * row + column)).collect();
-            format!("({}, ?1, ?2)", columns.join(", "))
-        })
-        .collect();
     let sql = format!(
-        "INSERT INTO audit (tenant, at, principal, method, kind, object_id, changes, via, plan_hash) VALUES {}",
-        rows.join(", ")
+        "INSERT INTO audit (via, plan_hash, tenant, at, principal, method, kind, object_id, changes) VALUES {}",
+        db::value_rows(records.len(), 2, 7)
     );
     let mut values = vec![Param::Text(via), plan_hash.into()];
     for record in records {

@@ -12,7 +12,7 @@ mod value;
 use std::path::Path;
 use std::time::Duration;
 
-pub use self::postgres::{Listener, NOTIFY_CHANNEL};
+pub use self::postgres::Listener;
 pub use self::value::{Column, Param, Row, decode};
 use crate::api::ApiError;
 
@@ -98,12 +98,6 @@ impl From<Error> for ApiError {
     }
 }
 
-impl From<rusqlite::Error> for ApiError {
-    fn from(error: rusqlite::Error) -> ApiError {
-        Error::from(error).into()
-    }
-}
-
 /// Connections to the database, for the blocking threads that run handlers.
 #[derive(Clone)]
 pub enum Pool {
@@ -119,19 +113,12 @@ impl Pool {
         })
     }
 
-    pub fn backend(&self) -> Backend {
-        match self {
-            Pool::Sqlite(_) => Backend::Sqlite,
-            Pool::Postgres(_) => Backend::Postgres,
-        }
-    }
-
     /// Where other replicas' events are heard, on PostgreSQL; `None` on SQLite, where
     /// every writer shares this process's wake-ups or the next keep-alive re-read.
-    pub fn listener(&self, location: &Location) -> Option<Listener> {
-        match (self, location) {
-            (Pool::Postgres(_), Location::Postgres(url)) => Some(Listener::new(url.clone())),
-            _ => None,
+    pub fn listener(&self) -> Option<Listener> {
+        match self {
+            Pool::Sqlite(_) => None,
+            Pool::Postgres(pool) => Some(pool.listener()),
         }
     }
 }
@@ -239,6 +226,18 @@ impl Conn {
     }
 }
 
+/// The rows after `VALUES` of a statement that writes `rows` rows: each the parameters
+/// `?1 … ?shared` that every row repeats, then `columns` of its own, numbered on
+/// (`value_rows(2, 1, 2)` is `(?1, ?2, ?3), (?1, ?4, ?5)`).
+pub fn value_rows(rows: usize, shared: usize, columns: usize) -> String {
+    let row = |row: usize| {
+        let own = (1..=columns).map(|column| shared + row * columns + column);
+        let numbers: Vec<String> = (1..=shared).chain(own).map(|number| format!("?{number}")).collect();
+        format!("({})", numbers.join(", "))
+    };
+    (0..rows).map(row).collect::<Vec<_>>().join(", ")
+}
+
 /// Opens (creating and migrating if needed) the database at `db`.
 pub fn open(db: &Path) -> anyhow::Result<Pool> {
     open_with(db, Options::default())
@@ -326,7 +325,7 @@ pub fn finish<T>(db: &Conn, outcome: Result<T, ApiError>) -> Result<T, ApiError>
 pub fn notify_events(db: &Conn) -> Result<(), Error> {
     match db {
         Conn::Sqlite(_) => Ok(()),
-        Conn::Postgres(_) => db.execute(&format!("NOTIFY {NOTIFY_CHANNEL}"), &[]).map(drop),
+        Conn::Postgres(_) => db.execute(&format!("NOTIFY {}", postgres::NOTIFY_CHANNEL), &[]).map(drop),
     }
 }
 
@@ -356,6 +355,12 @@ mod tests {
         .unwrap();
         let Conn::Sqlite(sqlite) = &db else { unreachable!("a file is SQLite") };
         assert!(sqlite.is_autocommit());
+    }
+
+    #[test]
+    fn value_rows_repeat_the_shared_parameters_and_number_the_rest_on() {
+        assert_eq!(value_rows(2, 1, 2), "(?1, ?2, ?3), (?1, ?4, ?5)");
+        assert_eq!(value_rows(1, 0, 3), "(?1, ?2, ?3)");
     }
 
     #[test]

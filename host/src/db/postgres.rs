@@ -18,7 +18,7 @@ const WRITE_LOCK: i64 = 0x666c_6565_7401;
 /// The advisory lock migrations and schema changes hold.
 const SCHEMA_LOCK: i64 = 0x666c_6565_7402;
 /// The channel `NOTIFY` wakes event subscribers on.
-pub const NOTIFY_CHANNEL: &str = "fleet_events";
+pub(super) const NOTIFY_CHANNEL: &str = "fleet_events";
 
 /// Whether a PostgreSQL error is a passing condition the client may retry.
 pub(super) fn is_busy(error: &postgres::Error) -> bool {
@@ -149,21 +149,30 @@ impl r2d2::ManageConnection for Manager {
 /// connection by blocking on a runtime of its own, which cannot start on a thread that
 /// drives async tasks (where a server's or a benchmark's last handle may go).
 #[derive(Clone)]
-pub struct Connections(Option<r2d2::Pool<Manager>>);
+pub struct Connections {
+    pool: Option<r2d2::Pool<Manager>>,
+    /// Where the pool connects, for the connection that listens.
+    config: Box<postgres::Config>,
+}
 
 impl Connections {
     pub fn get(&self) -> Result<r2d2::PooledConnection<Manager>, r2d2::Error> {
-        match &self.0 {
+        match &self.pool {
             Some(pool) => pool.get(),
             // Taken only by `drop`.
             None => unreachable!("a pool is only taken when it is dropped"),
         }
     }
+
+    /// The connection that will hear other replicas' events.
+    pub fn listener(&self) -> Listener {
+        Listener { config: (*self.config).clone() }
+    }
 }
 
 impl Drop for Connections {
     fn drop(&mut self) {
-        let Some(pool) = self.0.take() else { return };
+        let Some(pool) = self.pool.take() else { return };
         if tokio::runtime::Handle::try_current().is_ok() {
             let _ = std::thread::spawn(move || drop(pool)).join();
         }
@@ -182,7 +191,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         shown(url)
     );
     drop(first);
-    let manager = Manager { config, options };
+    let manager = Manager { config: config.clone(), options };
     // Not tested on every checkout (a round trip per request): a connection the server
     // closed fails its statement with a retryable `UNAVAILABLE`, and the pool drops it.
     let pool = r2d2::Pool::builder()
@@ -191,7 +200,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         .test_on_check_out(false)
         .connection_timeout(options.busy_timeout)
         .build(manager)?;
-    Ok(Pool::Postgres(Connections(Some(pool))))
+    Ok(Pool::Postgres(Connections { pool: Some(pool), config: Box::new(config) }))
 }
 
 /// The URL without its password, for messages.
@@ -247,14 +256,10 @@ fn migrate_locked(client: &mut Client, read_only: bool) -> anyhow::Result<usize>
 /// reconnects after a failure, and calls `wake` then too (whatever was published
 /// meanwhile is read by `seq` like anything else).
 pub struct Listener {
-    url: String,
+    config: postgres::Config,
 }
 
 impl Listener {
-    pub(super) fn new(url: String) -> Listener {
-        Listener { url }
-    }
-
     /// Listens until the process ends, calling `wake` for every notification.
     pub fn spawn(self, wake: impl Fn() + Send + 'static) {
         let spawned = std::thread::Builder::new().name("fleet-listen".into()).spawn(move || {
@@ -272,7 +277,7 @@ impl Listener {
     }
 
     fn listen(&self, wake: &impl Fn()) -> Result<(), postgres::Error> {
-        let mut client = Client::connect(&self.url, NoTls)?;
+        let mut client = self.config.connect(NoTls)?;
         client.batch_execute(&format!("LISTEN {NOTIFY_CHANNEL}"))?;
         let mut notifications = client.notifications();
         let mut iter = notifications.blocking_iter();

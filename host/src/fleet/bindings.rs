@@ -4,7 +4,7 @@
 use fleet_guest::Binding;
 
 use crate::api::ApiError;
-use crate::db::{Conn, Param};
+use crate::db::{self, Conn, Param};
 use crate::params;
 
 /// The tenant's name bindings.
@@ -28,12 +28,10 @@ pub fn bind<'a>(
 ) -> Result<(), ApiError> {
     let bindings: Vec<_> = bindings.into_iter().collect();
     for chunk in bindings.chunks(ROWS_PER_STATEMENT) {
-        let rows: Vec<String> =
-            (0..chunk.len()).map(|row| format!("(?1, ?{}, ?{}, ?{})", 3 * row + 2, 3 * row + 3, 3 * row + 4)).collect();
         let sql = format!(
             "INSERT INTO fleet_bindings (tenant, kind, name, id) VALUES {}
              ON CONFLICT (tenant, kind, name) DO UPDATE SET id = excluded.id",
-            rows.join(", ")
+            db::value_rows(chunk.len(), 1, 3)
         );
         let mut values = vec![Param::Text(tenant)];
         values

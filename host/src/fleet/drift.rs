@@ -54,14 +54,6 @@ const LEASE: &str = "fleet.drift";
 pub async fn run(app: Arc<App>, shutdown: impl std::future::Future<Output = ()>) {
     let interval = app.config.drift_interval;
     let clock = Clock::start();
-    let due = clock.now_ms().saturating_add(millis(interval));
-    let schedule = {
-        let app = app.clone();
-        tokio::task::spawn_blocking(move || schedule_first(&app, due)).await
-    };
-    if !matches!(schedule, Ok(Ok(()))) {
-        tracing::error!(?schedule, "fleet.drift could not schedule its first check; it retries at every poll");
-    }
     let mut poll = tokio::time::interval((interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(15)));
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -69,16 +61,15 @@ pub async fn run(app: Arc<App>, shutdown: impl std::future::Future<Output = ()>)
         tokio::select! {
             _ = poll.tick() => {
                 let (app, now) = (app.clone(), clock.now_ms());
-                let claimed = tokio::task::spawn_blocking(move || {
-                    let claimed = claim(&app, now, millis(interval))?;
-                    if claimed {
+                let checked = tokio::task::spawn_blocking(move || {
+                    if claim(&app, now, millis(interval))? {
                         check_all(&app);
                     }
-                    Ok::<_, ApiError>(claimed)
+                    Ok::<_, ApiError>(())
                 })
                 .await;
-                match claimed {
-                    Ok(Ok(_)) => {}
+                match checked {
+                    Ok(Ok(())) => {}
                     Ok(Err(error)) => tracing::error!(%error, "fleet.drift could not claim its lease"),
                     Err(error) => tracing::error!(%error, "the drift check panicked"),
                 }
@@ -111,22 +102,19 @@ impl Clock {
     }
 }
 
-/// The first server on a database schedules the first check one interval after it
-/// started; later ones keep the schedule they find.
-fn schedule_first(app: &App, due: i64) -> Result<(), ApiError> {
-    app.db.get()?.execute(
-        "INSERT INTO leases (name, holder, due_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
-        params![LEASE, &app.replica, due],
-    )?;
-    Ok(())
-}
-
 /// Claims the lease if it is due at `now`, setting it due one `interval` later: one
-/// statement, so of the servers that poll together exactly one claims it.
+/// statement, so of the servers that poll together exactly one claims it. The first
+/// server on a database schedules the first check one interval after its first poll;
+/// later ones keep the schedule they find.
 fn claim(app: &App, now: i64, interval: i64) -> Result<bool, ApiError> {
-    let claimed = app.db.get()?.execute(
-        "UPDATE leases SET holder = ?2, due_at = ?3 + ?4 WHERE name = ?1 AND due_at <= ?3",
-        params![LEASE, &app.replica, now, interval],
+    let (db, next) = (app.db.get()?, now.saturating_add(interval));
+    db.execute(
+        "INSERT INTO leases (name, holder, due_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+        params![LEASE, &app.replica, next],
+    )?;
+    let claimed = db.execute(
+        "UPDATE leases SET holder = ?2, due_at = ?4 WHERE name = ?1 AND due_at <= ?3",
+        params![LEASE, &app.replica, now, next],
     )?;
     if claimed > 0 {
         tracing::debug!(replica = %app.replica, "fleet.drift claimed its lease");

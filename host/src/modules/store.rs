@@ -87,10 +87,8 @@ fn table_columns(db: &Conn, table: &str) -> Result<Vec<(String, String)>, db::Er
 /// built-in ones.
 fn create_plugin_table(backend: Backend, kind: &Descriptor) -> Vec<String> {
     let (table, name) = (table(kind), plugin_table(kind));
-    let (integer, strict) = match backend {
-        Backend::Sqlite => ("INTEGER", " STRICT"),
-        Backend::Postgres => ("BIGINT", ""),
-    };
+    let (integer, _) = sql_type(backend, FieldType::Bool);
+    let strict = if backend == Backend::Sqlite { " STRICT" } else { "" };
     let mut statements = vec![format!(
         "CREATE TABLE IF NOT EXISTS {table} (tenant TEXT NOT NULL REFERENCES tenants (name), id TEXT NOT NULL, \
          archived {integer} NOT NULL DEFAULT 0, idempotency_key TEXT, created_at TEXT NOT NULL, \
