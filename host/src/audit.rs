@@ -39,7 +39,9 @@ pub fn register(registry: &mut Registry) {
     );
 }
 
-/// One field's change: `from` is null on a create, `to` on a delete.
+/// One field's change: `from` is null on a create, `to` on a delete. Stored as
+/// `{"field", "from", "to"}`.
+#[derive(serde::Serialize)]
 pub struct FieldChange<'a> {
     pub field: &'a str,
     pub from: Option<&'a Value>,
@@ -50,8 +52,6 @@ pub struct FieldChange<'a> {
 /// inside an apply, kept in the apply's `Pending` and written with its plan hash when
 /// the apply records itself (`write_pending`), in the same transaction.
 pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldChange]) -> Result<(), ApiError> {
-    let changes: Vec<Value> =
-        changes.iter().map(|change| json!({"field": change.field, "from": change.from, "to": change.to})).collect();
     let record = Record {
         tenant: ctx.caller.tenant.clone(),
         at: db::now(),
@@ -59,7 +59,7 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
         method: method.to_owned(),
         kind: kind.to_owned(),
         id: id.to_owned(),
-        changes: Value::Array(changes).to_string(),
+        changes: serde_json::to_string(changes).map_err(ApiError::internal)?,
     };
     match ctx.via {
         Via::Api => insert(ctx.db, "api", None, &[record]),

@@ -6,6 +6,9 @@
 
 use fleet_guest::kinds::{Descriptor, FieldType};
 use fleet_guest::state::{RowWriter, StateWriter};
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use serde_json::{Map, Value};
 
 use crate::api::ApiError;
@@ -178,6 +181,63 @@ fn select(kind: &Descriptor) -> String {
     )
 }
 
+/// The statements the handlers and the planner's state run for every object: their text
+/// is made once per kind and thread, not on every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Statement {
+    /// Every object of the tenant, ordered by key.
+    All,
+    ByKey,
+    ByIdempotencyKey,
+    IsLive,
+    Insert,
+    Upsert,
+    Delete,
+    ReleaseIdempotencyKey,
+}
+
+/// What a kind's statements are made of: its static parts, which name it for as long as
+/// the process runs (a plugin's descriptor is leaked, never freed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Shape {
+    kind: &'static str,
+    group: &'static str,
+    identity: &'static str,
+    fields: (usize, usize),
+    archives: bool,
+    upserted: bool,
+    plugin: bool,
+}
+
+impl Shape {
+    fn of(kind: &Descriptor) -> Shape {
+        Shape {
+            kind: kind.kind,
+            group: kind.group,
+            identity: kind.identity_name(),
+            fields: (kind.fields.as_ptr() as usize, kind.fields.len()),
+            archives: kind.archives(),
+            upserted: kind.upserted(),
+            plugin: kind.plugin,
+        }
+    }
+}
+
+thread_local! {
+    static STATEMENTS: std::cell::RefCell<HashMap<(Shape, Statement), Rc<str>>> = Default::default();
+}
+
+/// The text of `which` for `kind`, made by `make` the first time this thread needs it.
+fn statement(kind: &Descriptor, which: Statement, make: impl FnOnce() -> String) -> Rc<str> {
+    let key = (Shape::of(kind), which);
+    if let Some(sql) = STATEMENTS.with_borrow(|statements| statements.get(&key).cloned()) {
+        return sql;
+    }
+    let sql: Rc<str> = make().into();
+    STATEMENTS.with_borrow_mut(|statements| statements.insert(key, sql.clone()));
+    sql
+}
+
 fn count(row: &Row, index: usize) -> Result<u64, db::Error> {
     Ok(row.get::<i64>(index)?.max(0) as u64)
 }
@@ -206,24 +266,30 @@ fn read_row(kind: &Descriptor, row: &Row) -> Result<Object, db::Error> {
 
 /// Every object of the tenant, ordered by key.
 pub fn load_all(db: &Conn, kind: &Descriptor, tenant: &str) -> Result<Vec<Object>, ApiError> {
-    let sql = format!("{} ORDER BY {}", select(kind), column(kind.identity_name()));
+    let sql = select_all(kind);
     Ok(db.query(&sql, params![tenant], |row| read_row(kind, row))?)
+}
+
+fn select_all(kind: &Descriptor) -> Rc<str> {
+    statement(kind, Statement::All, || format!("{} ORDER BY {}", select(kind), column(kind.identity_name())))
 }
 
 /// The tenant's object of `kind` with this key.
 pub fn load(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
-    load_where(db, kind, tenant, &column(kind.identity_name()), key)
+    load_where(db, kind, tenant, Statement::ByKey, key)
 }
 
 /// Whether the tenant has a live (not archived) object of `kind` with this key: one
 /// indexed lookup that reads no fields.
 pub fn is_live(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<bool, ApiError> {
-    let archived = if kind.archives() { "archived = 0" } else { "1 = 1" };
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE tenant = ?1 AND {} = ?2 AND {archived})",
-        table(kind),
-        column(kind.identity_name())
-    );
+    let sql = statement(kind, Statement::IsLive, || {
+        let archived = if kind.archives() { "archived = 0" } else { "1 = 1" };
+        format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE tenant = ?1 AND {} = ?2 AND {archived})",
+            table(kind),
+            column(kind.identity_name())
+        )
+    });
     Ok(db.query_one(&sql, params![tenant, key], |row| row.get(0))?)
 }
 
@@ -234,18 +300,25 @@ pub fn load_by_idempotency_key(
     tenant: &str,
     idempotency_key: &str,
 ) -> Result<Option<Object>, ApiError> {
-    load_where(db, kind, tenant, "idempotency_key", idempotency_key)
+    load_where(db, kind, tenant, Statement::ByIdempotencyKey, idempotency_key)
 }
 
-/// The tenant's object of `kind` whose (unique) column `column` is `value`.
+/// The tenant's object of `kind` whose key (`ByKey`) or idempotency key
+/// (`ByIdempotencyKey`) is `value`.
 fn load_where(
     db: &Conn,
     kind: &Descriptor,
     tenant: &str,
-    column: &str,
+    which: Statement,
     value: &str,
 ) -> Result<Option<Object>, ApiError> {
-    let sql = format!("{} AND {column} = ?2", select(kind));
+    let sql = statement(kind, which, || {
+        let column = match which {
+            Statement::ByIdempotencyKey => "idempotency_key".to_owned(),
+            _ => column(kind.identity_name()),
+        };
+        format!("{} AND {column} = ?2", select(kind))
+    });
     Ok(db.query_opt(&sql, params![tenant, value], |row| read_row(kind, row))?)
 }
 
@@ -305,10 +378,6 @@ fn store(
     idempotency_key: Option<&str>,
     replace: bool,
 ) -> Result<(), ApiError> {
-    let mut names = vec!["tenant".to_owned()];
-    let mut values = vec![Param::Text(tenant)];
-    names.extend(columns(kind));
-    values.push(Param::Text(&object.key));
     let field_values: Vec<&Value> =
         kind.fields.iter().map(|field| object.fields.get(field.name).unwrap_or(&Value::Null)).collect();
     let maps: Vec<Option<String>> = kind
@@ -317,44 +386,72 @@ fn store(
         .zip(&field_values)
         .map(|(field, value)| (field.ty == FieldType::Map).then(|| value.to_string()))
         .collect();
+    // In the order of `stored_columns`.
+    let mut values = vec![Param::Text(tenant), Param::Text(&object.key)];
     for ((field, value), map) in kind.fields.iter().zip(&field_values).zip(&maps) {
         values.push(sql_value(field.ty, value, map.as_deref()));
     }
     if kind.archives() {
-        names.push("archived".into());
         values.push(Param::Bool(object.archived));
     }
     if !kind.upserted() {
-        names.push("idempotency_key".into());
         values.push(idempotency_key.into());
     }
-    names.extend(["created_at".to_owned(), "updated_at".to_owned()]);
     values.push(Param::Text(&object.created_at));
     values.push(Param::Text(&object.updated_at));
-    let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
-    let identity = column(kind.identity_name());
-    let assignments: Vec<String> = names
-        .iter()
-        .filter(|name| !matches!(name.as_str(), "tenant" | "created_at" | "idempotency_key") && **name != identity)
-        .map(|name| format!("{name} = excluded.{name}"))
-        .collect();
-    let mut sql = format!("INSERT INTO {} ({}) VALUES ({})", table(kind), names.join(", "), placeholders.join(", "));
-    if replace {
-        sql.push_str(&format!(" ON CONFLICT (tenant, {identity}) DO UPDATE SET {}", assignments.join(", ")));
-    }
+    let sql = match replace {
+        true => statement(kind, Statement::Upsert, || insert_statement(kind, true)),
+        false => statement(kind, Statement::Insert, || insert_statement(kind, false)),
+    };
     db.execute(&sql, &values)?;
     Ok(())
 }
 
+/// Every column a stored object writes, in the order of `store`'s values.
+fn stored_columns(kind: &Descriptor) -> Vec<String> {
+    let mut names = vec!["tenant".to_owned()];
+    names.extend(columns(kind));
+    if kind.archives() {
+        names.push("archived".into());
+    }
+    if !kind.upserted() {
+        names.push("idempotency_key".into());
+    }
+    names.extend(["created_at".to_owned(), "updated_at".to_owned()]);
+    names
+}
+
+/// The insert of an object; with `replace`, one that writes over the object stored with
+/// its key, which keeps its idempotency key and creation time.
+fn insert_statement(kind: &Descriptor, replace: bool) -> String {
+    let names = stored_columns(kind);
+    let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
+    let mut sql = format!("INSERT INTO {} ({}) VALUES ({})", table(kind), names.join(", "), placeholders.join(", "));
+    if replace {
+        let identity = column(kind.identity_name());
+        let assignments: Vec<String> = names
+            .iter()
+            .filter(|name| !matches!(name.as_str(), "tenant" | "created_at" | "idempotency_key") && **name != identity)
+            .map(|name| format!("{name} = excluded.{name}"))
+            .collect();
+        sql.push_str(&format!(" ON CONFLICT (tenant, {identity}) DO UPDATE SET {}", assignments.join(", ")));
+    }
+    sql
+}
+
 pub fn delete(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
-    let sql = format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", table(kind), column(kind.identity_name()));
+    let sql = statement(kind, Statement::Delete, || {
+        format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", table(kind), column(kind.identity_name()))
+    });
     db.execute(&sql, params![tenant, key])?;
     Ok(())
 }
 
 /// Frees an idempotency key held by an archived object.
 pub fn release_idempotency_key(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
-    let sql = format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", table(kind));
+    let sql = statement(kind, Statement::ReleaseIdempotencyKey, || {
+        format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", table(kind))
+    });
     db.execute(&sql, params![tenant, key])?;
     Ok(())
 }
@@ -362,7 +459,7 @@ pub fn release_idempotency_key(db: &Conn, kind: &Descriptor, tenant: &str, key: 
 /// Writes the tenant's objects of `kind` as a table of the planner's state encoding,
 /// straight from the rows: this is the hot path of every plan.
 pub fn encode_table(db: &Conn, kind: &Descriptor, tenant: &str, state: &mut StateWriter) -> Result<(), ApiError> {
-    let sql = format!("{} ORDER BY {}", select(kind), column(kind.identity_name()));
+    let sql = select_all(kind);
     let mut table = state.kind_table(kind);
     db.for_each(&sql, params![tenant], |row| {
         let mut writer = table.row(kind.fields.len() + 2);

@@ -43,11 +43,15 @@ const MAX_OUTPUT: usize = 64 << 20;
 const TICK: Duration = Duration::from_millis(10);
 /// The most planner instances alive at once with the pooling allocator.
 const MAX_INSTANCES: u32 = 128;
-/// How much of a pooled slot's memory (and table) stays resident between requests.
-/// Every resident page is reset with memset on every reuse, touched or not, so this is
-/// a trade: 128 KiB measured best for an almost empty call and for small plans alike
-/// (`BENCHMARKS.md`); more costs small requests what it saves large ones.
-const KEEP_RESIDENT: usize = 128 << 10;
+/// How much of a pooled slot's memory (and table) stays resident between requests: all
+/// an almost empty call or a small plan touches, so that they take no page faults. The
+/// pages a request wrote are found with `PAGEMAP_SCAN` and only those are reset, so
+/// untouched resident pages cost nothing (`BENCHMARKS.md`: 128 KiB → 1 MiB took an
+/// empty call from ~15.5 to ~12.6 µs; 4 and 64 MiB measured no better).
+const KEEP_RESIDENT: usize = 1 << 20;
+/// Slots kept warm (with their resident pages) while unused; the others are released
+/// whole. This bounds the memory idle slots hold to `WARM_SLOTS × KEEP_RESIDENT`.
+const WARM_SLOTS: u32 = 32;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
@@ -249,7 +253,8 @@ fn engine(budget: Budget) -> anyhow::Result<Engine> {
     pooling
         .pagemap_scan(wasmtime::Enabled::Auto)
         .linear_memory_keep_resident(KEEP_RESIDENT)
-        .table_keep_resident(KEEP_RESIDENT);
+        .table_keep_resident(KEEP_RESIDENT)
+        .max_unused_warm_slots(WARM_SLOTS);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     match Engine::new(&config) {
         Ok(engine) => Ok(engine),
