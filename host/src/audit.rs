@@ -62,7 +62,7 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
         changes: serde_json::to_string(changes).map_err(ApiError::internal)?,
     };
     match ctx.via {
-        Via::Api => insert(ctx.db, "api", None, &[record]),
+        Via::Api => insert(ctx.db, ctx.via.as_str(), None, &[record]),
         Via::Apply(pending) => {
             pending.0.borrow_mut().push(record);
             Ok(())
@@ -92,7 +92,7 @@ const ROWS_PER_STATEMENT: usize = 64;
 pub fn write_pending(db: &Conn, pending: &Pending, plan_hash: &str) -> Result<(), ApiError> {
     let records = pending.0.take();
     for chunk in records.chunks(ROWS_PER_STATEMENT) {
-        insert(db, "fleet.apply", Some(plan_hash), chunk)?;
+        insert(db, Via::Apply(pending).as_str(), Some(plan_hash), chunk)?;
     }
     Ok(())
 }
