@@ -6,7 +6,7 @@
 // planner. The same module runs in Node.js (the tests) and in the page.
 
 /** The version of the `compute:fleet` WIT package the component implements. */
-const WIT_VERSION = '0.4.0';
+const WIT_VERSION = '0.5.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';

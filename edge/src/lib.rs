@@ -116,10 +116,10 @@ pub fn serve(
             return Answer::error(&Error::new(ErrorCode::NotFound, format!("no route for {method} {path}")));
         }
         Route::WrongMethod(allow) => {
-            // As the origin answers: 405 with `Allow`, the envelope saying INVALID_ARGUMENT.
+            // As the origin answers: 405 METHOD_NOT_ALLOWED, with `Allow`.
             let message = format!("{path} answers {allow} only, not {method}");
-            let answer = Answer::error(&Error::new(ErrorCode::InvalidArgument, message));
-            return Answer { status: 405, allow: Some(allow), ..answer };
+            let answer = Answer::error(&Error::new(ErrorCode::MethodNotAllowed, message));
+            return Answer { allow: Some(allow), ..answer };
         }
         Route::Unsupported => {
             let message =

@@ -61,11 +61,12 @@ impl Host for Imports {
     }
 }
 
-const CODES: [(ErrorCode, types::ErrorCode); 13] = [
+const CODES: [(ErrorCode, types::ErrorCode); 14] = [
     (ErrorCode::InvalidArgument, types::ErrorCode::InvalidArgument),
     (ErrorCode::Unauthenticated, types::ErrorCode::Unauthenticated),
     (ErrorCode::PermissionDenied, types::ErrorCode::PermissionDenied),
     (ErrorCode::NotFound, types::ErrorCode::NotFound),
+    (ErrorCode::MethodNotAllowed, types::ErrorCode::MethodNotAllowed),
     (ErrorCode::AlreadyExists, types::ErrorCode::AlreadyExists),
     (ErrorCode::FailedPrecondition, types::ErrorCode::FailedPrecondition),
     (ErrorCode::InvalidState, types::ErrorCode::InvalidState),

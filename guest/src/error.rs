@@ -8,6 +8,7 @@ pub enum ErrorCode {
     Unauthenticated,
     PermissionDenied,
     NotFound,
+    MethodNotAllowed,
     AlreadyExists,
     FailedPrecondition,
     InvalidState,
@@ -21,11 +22,12 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of SPEC §2's table.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
         ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
         ErrorCode::AlreadyExists,
         ErrorCode::FailedPrecondition,
         ErrorCode::InvalidState,
@@ -44,6 +46,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",
             ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ErrorCode::AlreadyExists => "ALREADY_EXISTS",
             ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
             ErrorCode::InvalidState => "INVALID_STATE",
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => 401,
             ErrorCode::PermissionDenied => 403,
             ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
             ErrorCode::AlreadyExists
             | ErrorCode::FailedPrecondition
             | ErrorCode::InvalidState

@@ -48,6 +48,9 @@ const MAX_FILE: u64 = 256 << 20;
 /// The most problems a check may answer per subject, and the longest path and message.
 const MAX_PROBLEMS_PER_SUBJECT: usize = 64;
 const MAX_PATH: usize = 256;
+/// A longer message is cut to this many bytes, `…` included (`wit/module/plugin.wit`):
+/// a plugin that echoes a user's long value gives a long message, which is the user's
+/// input, not the plugin's fault.
 const MAX_MESSAGE: usize = 1024;
 
 /// A plugin's budget unless the server is told otherwise: a check judges a batch of
@@ -261,13 +264,13 @@ impl Plugin {
                         truncated(&problem.path)
                     )));
                 }
-                if problem.message.is_empty() || problem.message.len() > MAX_MESSAGE || has_control(&problem.message) {
+                if problem.message.is_empty() || has_control(&problem.message) {
                     return Err(garbage(format!(
-                        "the message {:?} (1 to {MAX_MESSAGE} bytes of text)",
+                        "the message {:?}, which is not text of at least one character",
                         truncated(&problem.message)
                     )));
                 }
-                Ok(Finding { subject: problem.subject, path: problem.path, message: problem.message })
+                Ok(Finding { subject: problem.subject, path: problem.path, message: bounded(problem.message) })
             })
             .collect()
     }
@@ -275,6 +278,22 @@ impl Plugin {
 
 fn has_control(text: &str) -> bool {
     text.chars().any(char::is_control)
+}
+
+/// A message of at most [`MAX_MESSAGE`] bytes: a longer one cut at a character
+/// boundary, ending with `…`.
+fn bounded(mut message: String) -> String {
+    const ELLIPSIS: &str = "…";
+    if message.len() <= MAX_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_MESSAGE - ELLIPSIS.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(ELLIPSIS);
+    message
 }
 
 fn truncated(text: &str) -> String {
@@ -353,4 +372,22 @@ pub fn inspect(path: &Path, cache_dir: Option<&Path>) -> anyhow::Result<PluginKi
     let plugins = Plugins::load(&[path.to_owned()], default_budget(), cache_dir, &Metrics::new())?;
     let plugin = plugins.iter().next().ok_or_else(|| anyhow::anyhow!("no plugin"))?;
     Ok(PluginKind::of(plugin.kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_at_a_character_boundary() {
+        assert_eq!(bounded("short".into()), "short");
+        let exact = "x".repeat(MAX_MESSAGE);
+        assert_eq!(bounded(exact.clone()), exact);
+        for long in ["x".repeat(MAX_MESSAGE + 1), "é".repeat(MAX_MESSAGE), "x".repeat(100_000)] {
+            let cut = bounded(long.clone());
+            assert!(cut.len() <= MAX_MESSAGE, "{}", cut.len());
+            assert!(cut.ends_with('…'));
+            assert!(long.starts_with(cut.trim_end_matches('…')));
+        }
+    }
 }

@@ -138,12 +138,13 @@ fn a_wrong_http_method_is_405_with_allow() {
     let answer = exchange(&server, get_request(&server, "/api/compute/fleet/plan").as_bytes(), Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("\r\nallow: post\r\n"), "{answer}");
-    assert_eq!(code(&body_of(&answer)), "INVALID_ARGUMENT");
+    assert_eq!(code(&body_of(&answer)), "METHOD_NOT_ALLOWED");
 
     let post = format!("POST /healthz HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\n\r\n", server.address());
     let answer = exchange(&server, post.as_bytes(), Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("\r\nallow: get\r\n"), "{answer}");
+    assert_eq!(code(&body_of(&answer)), "METHOD_NOT_ALLOWED");
 
     // An unknown path is still 404.
     let answer =
@@ -374,4 +375,79 @@ fn a_cache_that_cannot_be_written_is_named_in_the_warning() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("cannot cache the compiled planner"), "{logged}");
     assert!(logged.contains(cache.to_str().unwrap()), "the warning names the directory: {logged}");
+}
+
+/// Opens the tenant's event stream with `token`, read line by line.
+fn open_stream(server: &Server, token: &str) -> std::io::Lines<std::io::BufReader<reqwest::blocking::Response>> {
+    use std::io::BufRead;
+    let stream = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .get(format!("{}/api/compute/events/stream", server.base))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    std::io::BufReader::new(stream).lines()
+}
+
+/// Makes the tenant drift: a pool changed outside fleet, which the next check (every
+/// 300 ms in these servers) announces as `fleet.drifted`.
+fn drift(server: &Server, token: &str, gpus: u64) {
+    let pool = server.ok(token, "pools/list", json!({}))["items"][0]["id"].clone();
+    server.ok(token, "pools/update", json!({"id": pool, "gpus": gpus}));
+}
+
+/// Reads a stream to its end, which must come within 20 s; returns the events it
+/// delivered on the way.
+fn events_until_closed(lines: std::io::Lines<std::io::BufReader<reqwest::blocking::Response>>) -> Vec<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let events: Vec<String> =
+            lines.map_while(Result::ok).filter(|line| line.starts_with("event: ")).collect();
+        let _ = sender.send(events);
+    });
+    receiver.recv_timeout(Duration::from_secs(20)).expect("the stream is closed")
+}
+
+/// SPEC §9: a revocation ends a token at once for every server process; an event
+/// stream opened with it delivers nothing after the revocation, and ends.
+#[test]
+fn a_revoked_tokens_event_stream_delivers_nothing_more_and_ends() {
+    let server = Server::start(&["--drift-interval", "300ms"]);
+    let token = server.tenant_with_token("acme");
+    let other = server.token("acme", "bob", &[crate::support::ALL]);
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let lines = open_stream(&server, &token);
+    let listed: Value =
+        serde_json::from_str(&server.admin(&["token", "list", "--tenant", "acme", "--json"])).unwrap();
+    let id = listed.as_array().unwrap().iter().find(|token| token["principal"] == "alice").unwrap()["id"].clone();
+    server.admin(&["token", "revoke", id.as_str().unwrap()]);
+    drift(&server, &other, 1);
+    // The drift is announced, to a stream whose token still answers for it.
+    let mut live = open_stream(&server, &other);
+    assert!(live.any(|line| line.unwrap() == "event: fleet.drifted"));
+    assert_eq!(events_until_closed(lines), Vec::<String>::new());
+}
+
+/// The same for a token that expires while its stream is open.
+#[test]
+fn an_expired_tokens_event_stream_delivers_nothing_more_and_ends() {
+    let server = Server::start(&["--drift-interval", "300ms"]);
+    server.tenant("acme");
+    let token = server.admin(&[
+        "token", "create", "--tenant", "acme", "--principal", "alice", "--grant", crate::support::ALL,
+        "--expires", "4s",
+    ]);
+    let token = token.lines().last().unwrap().trim().to_owned();
+    let other = server.token("acme", "bob", &[crate::support::ALL]);
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let lines = open_stream(&server, &token);
+    std::thread::sleep(Duration::from_millis(5100));
+    assert_eq!(server.call(&token, "fleet/status", json!({})).0, 401, "the token has expired");
+    drift(&server, &other, 1);
+    let mut live = open_stream(&server, &other);
+    assert!(live.any(|line| line.unwrap() == "event: fleet.drifted"));
+    assert_eq!(events_until_closed(lines), Vec::<String>::new());
 }

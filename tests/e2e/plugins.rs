@@ -334,7 +334,7 @@ fn a_plugin_that_cannot_be_loaded_stops_serve_naming_the_file_and_the_reason() {
     let cases: [(&[&str], &str, &str); 10] = [
         (&[&text], &text, "is not a WebAssembly component"),
         (&[&core], &core, "is a core WebAssembly module, not a component"),
-        (&[&planner], &planner, "it is not a module plugin: it exports compute:fleet/planner@0.4.0"),
+        (&[&planner], &planner, "it is not a module plugin: it exports compute:fleet/planner@0.5.0"),
         (&[&newer], &newer, "it is a plugin of compute:module@0.2.0, and this host loads compute:module@0.1.x"),
         (&[&camel], &camel, "its descriptor is invalid: kind \"Hazard\" does not match ^[a-z][a-zA-Z0-9]{0,62}$"),
         (&[&reserved], &reserved, "field \"createdAt\" is reserved"),
@@ -492,4 +492,39 @@ fn a_plugin_of_a_later_patch_release_of_the_package_loads() {
     assert_eq!(server.ok(&token, "hazards/create", json!({"mode": "calm"}))["mode"], "calm");
     let (status, body) = server.call(&token, "hazards/create", json!({"mode": "refuse"}));
     assert_eq!((status, problem_paths(&body)), (400, vec!["/mode".to_owned()]), "its check runs: {body}");
+}
+
+/// Issue 30: a long value a plugin refuses is the user's bad input, never a 500: the
+/// example plugin quotes a short prefix of it, and the host cuts any plugin message
+/// longer than 1,024 bytes (SPEC §2, `wit/module/plugin.wit`).
+#[test]
+fn long_values_and_long_plugin_messages_are_clear_bounded_errors() {
+    let server = Server::start(&["--plugin", &reservations(), "--plugin", HOSTILE]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let pool = server.ok(&token, "pools/list", json!({}))["items"][0]["id"].as_str().unwrap().to_owned();
+    for length in [900, 1_000, 100_000] {
+        let long = "2".repeat(length);
+        let (status, body) =
+            server.call(&token, "reservations/create", reservation(&pool, &long, "2026-12-01T00:00:00Z", 1));
+        assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{length}: {body}");
+        assert_eq!(problem_paths(&body), ["/startsAt"]);
+        let document = with_reservations(json!({"r": reservation("gpu-a", &long, "2026-12-01T00:00:00Z", 1)}));
+        let (status, plan) = server.call(&token, "fleet/plan", json!({"document": document}));
+        assert_eq!(status, 200, "{length}: {plan}");
+        assert_eq!(plan["blocked"][0]["field"], "startsAt", "{plan}");
+        let (status, body) = server.call(&token, "fleet/apply", json!({"document": document}));
+        assert_eq!((status, code(&body)), (409, "INVALID_STATE"), "{length}: {body}");
+
+        // A plugin whose own message is that long: cut, with an ellipsis.
+        let (status, body) = server.call(&token, "hazards/create", json!({"mode": "verbose", "size": length}));
+        assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{length}: {body}");
+        let message = body["error"]["details"]["problems"][0]["message"].as_str().unwrap();
+        assert!(message.len() <= 1024, "{length}: {} bytes", message.len());
+        assert_eq!(message.ends_with('…'), length > 1024, "{length}");
+        let (status, plan) =
+            server.call(&token, "fleet/plan", json!({"document": {"hazards": {"h": {"mode": "verbose", "size": length}}}}));
+        assert_eq!(status, 200, "{length}: {plan}");
+        assert!(plan["blocked"][0]["reason"].as_str().unwrap().len() <= 1024, "{length}");
+    }
 }

@@ -108,21 +108,26 @@ fn resume_point<B>(request: &Request<B>) -> Result<u64, ApiError> {
     Ok(after)
 }
 
+/// The caller of a stream, authenticated and authorized like `compute.events.list`.
+/// Asked again before every delivery, so that a token revoked (by any process on the
+/// database), expired or stripped of its grant since the stream opened gets nothing
+/// more: its stream ends (SPEC §9).
+fn stream_caller(app: &App, authorization: &str) -> Result<auth::Caller, ApiError> {
+    let db = app.db.get()?;
+    let caller = auth::authenticate_with(&db, Some(authorization), Some(&app.tokens))?;
+    let method = app.registry.by_name("compute.events.list").ok_or_else(|| ApiError::not_found("no events"))?;
+    auth::authorize(&caller, method)?;
+    Ok(caller)
+}
+
 /// `GET /api/compute/events/stream[?after=N]`: the tenant's events as Server-Sent Events,
-/// authorized like `compute.events.list`. Resumes after `Last-Event-ID` when given.
+/// authorized like `compute.events.list`, again before each delivery. Resumes after
+/// `Last-Event-ID` when given.
 pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let authorization = bearer(&request)?;
+    let authorization: Arc<str> = bearer(&request)?.into();
     let caller = {
-        let app = app.clone();
-        tokio::task::spawn_blocking(move || {
-            let db = app.db.get()?;
-            let caller = auth::authenticate_with(&db, Some(&authorization), Some(&app.tokens))?;
-            let method = app.registry.by_name("compute.events.list").ok_or_else(|| ApiError::not_found("no events"))?;
-            auth::authorize(&caller, method)?;
-            Ok::<_, ApiError>(caller)
-        })
-        .await
-        .map_err(ApiError::internal)??
+        let (app, authorization) = (app.clone(), authorization.clone());
+        tokio::task::spawn_blocking(move || stream_caller(&app, &authorization)).await.map_err(ApiError::internal)??
     };
     let mut after = resume_point(&request)?;
     let (mut sender, body) = Channel::<Bytes, Infallible>::new(16);
@@ -130,10 +135,26 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
     tokio::spawn(async move {
         loop {
             let batch = {
-                let (app, tenant) = (app.clone(), caller.tenant.clone());
-                tokio::task::spawn_blocking(move || read(&app.db.get()?, &tenant, after, Page::MAX_LIMIT)).await
+                let (app, authorization, tenant) = (app.clone(), authorization.clone(), caller.tenant.clone());
+                tokio::task::spawn_blocking(move || {
+                    // The token answers for this delivery too; the tenant stays the one
+                    // the stream opened for.
+                    let now = stream_caller(&app, &authorization)?;
+                    if now.tenant != tenant {
+                        return Err(ApiError::new(crate::api::Code::Unauthenticated, "the token changed tenant"));
+                    }
+                    read(&app.db.get()?, &tenant, after, Page::MAX_LIMIT)
+                })
+                .await
             };
-            let Ok(Ok(events)) = batch else { break };
+            let events = match batch {
+                Ok(Ok(events)) => events,
+                Ok(Err(error)) => {
+                    tracing::info!(%error, "an event stream ended: its token no longer answers for it");
+                    return;
+                }
+                Err(_) => return,
+            };
             for event in &events {
                 after = event["seq"].as_u64().unwrap_or(after);
                 let frame =

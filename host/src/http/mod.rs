@@ -219,8 +219,8 @@ async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog)
     let (allowed, allow) = route.http_method();
     if *request.method() != allowed {
         let message = format!("{path} answers {allow} only, not {}", request.method());
-        let error = ApiError::new(Code::InvalidArgument, message);
-        let mut response = error_response_as(StatusCode::METHOD_NOT_ALLOWED, &error);
+        let error = ApiError::new(Code::MethodNotAllowed, message);
+        let mut response = error_response(&error);
         response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
         log.error = Some(error);
         return response;
@@ -451,8 +451,8 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
     error_response_as(crate::api::status(error.code), error)
 }
 
-/// The error envelope with a status of HTTP's own rather than the code's: 405 and 431
-/// carry `INVALID_ARGUMENT` (docs/decisions/0005-hardening.md).
+/// The error envelope with a status of HTTP's own rather than the code's: 431 carries
+/// `INVALID_ARGUMENT` (docs/decisions/0005-hardening.md).
 fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
     let mut response = json(status, &error.body());
     if error.code == Code::Unavailable {

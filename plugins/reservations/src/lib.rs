@@ -31,7 +31,7 @@ pub fn check(reservation: &Value, pool: Option<&Value>) -> Vec<Problem> {
         if let Err(text) = time {
             problem(
                 &format!("/{field}"),
-                format!("{field} must be an RFC 3339 UTC time such as 2026-12-01T08:00:00Z, not {text:?}"),
+                format!("{field} must be an RFC 3339 UTC time such as 2026-12-01T08:00:00Z, not {}", quoted(text)),
             );
         }
     }
@@ -50,6 +50,20 @@ pub fn check(reservation: &Value, pool: Option<&Value>) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The most characters of a user's value a message repeats.
+const QUOTED: usize = 40;
+
+/// A user's value quoted for a message: whole when short, else its first [`QUOTED`]
+/// characters and how long it is, so that a message stays short whatever the input.
+fn quoted(text: &str) -> String {
+    let length = text.chars().count();
+    if length <= QUOTED {
+        return format!("{text:?}");
+    }
+    let prefix: String = text.chars().take(QUOTED).collect();
+    format!("{prefix:?}… ({length} characters)")
 }
 
 fn count(object: &Value, field: &str) -> u64 {
@@ -193,6 +207,21 @@ mod tests {
         let pool = json!({"id": "pool_y", "vcpus": 64, "gpus": 8});
         let fine = reservation("2026-12-01T08:00:00Z", "2026-12-01T09:30:00.5Z", 64, 8);
         assert_eq!(check(&fine, Some(&pool)), []);
+    }
+
+    /// A message quotes at most a short prefix of the value it refuses (issue 30: a
+    /// 1,000-character value once made a message the host refused).
+    #[test]
+    fn a_long_value_is_not_repeated_whole() {
+        for length in [900, 1_000, 100_000] {
+            let long = "x".repeat(length);
+            let problems = check(&reservation(&long, "2026-12-01T00:00:00Z", 0, 0), None);
+            assert_eq!(paths(&problems), ["/startsAt"]);
+            assert!(problems[0].message.len() < 200, "{}", problems[0].message);
+            assert!(problems[0].message.contains(&format!("({length} characters)")), "{}", problems[0].message);
+        }
+        let problems = check(&reservation("soon", "2026-12-01T00:00:00Z", 0, 0), None);
+        assert!(problems[0].message.ends_with("not \"soon\""), "{}", problems[0].message);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! asks: `loop` (spins forever), `allocate` (grows memory without end), `trap`,
 //! `garbage` (problems of subjects that do not exist, paths that are not pointers),
 //! `flood` (an answer of millions of problems), `refuse` (one honest problem at
-//! `/mode`); any other mode passes.
+//! `/mode`), `verbose` (one problem whose message is `size` characters long), `slow`
+//! (passes after spinning `size` million rounds: a check that takes its time); any
+//! other mode passes.
 //!
 //! Its descriptor is JSON kept in a fixed-size buffer behind [`MARKER`], so that a test
 //! can rewrite it in the component file (same length, padded with spaces) to make a
@@ -118,6 +120,18 @@ mod component {
                 "garbage" => vec![problem(1 << 30, "not a pointer", "\u{0}".into())],
                 "flood" => (0..4_000_000).map(|n| problem(0, "/mode", format!("problem {n}"))).collect(),
                 "refuse" => vec![problem(0, "/mode", "mode refuse is refused".into())],
+                "verbose" => {
+                    let size = first.get("size").and_then(Value::as_u64).unwrap_or(0) as usize;
+                    vec![problem(0, "/mode", "v".repeat(size.max(1)))]
+                }
+                "slow" => {
+                    let rounds = first.get("size").and_then(Value::as_u64).unwrap_or(0) * 1_000_000;
+                    let mut counter = 0u64;
+                    for _ in 0..rounds {
+                        counter = std::hint::black_box(counter.wrapping_add(1));
+                    }
+                    Vec::new()
+                }
                 _ => Vec::new(),
             }
         }
