@@ -38,6 +38,8 @@ pub struct Config {
     /// How long a request waits for another process's write lock.
     pub busy_timeout: Duration,
     pub budget: Budget,
+    /// How long a planner call may take in all, the host's work on its behalf included.
+    pub request_timeout: Duration,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
     /// The browser preview's assets (the planner transpiled by jco), served at `/preview/assets/`.
@@ -61,6 +63,7 @@ impl Config {
             limits: Limits::default(),
             busy_timeout: db::Options::default().busy_timeout,
             budget: Budget::default(),
+            request_timeout: planner::DEFAULT_DEADLINE,
             cache_dir: None,
             preview_dir: crate::http::preview::default_dir(),
             state_cache_bytes: 256 << 20,
@@ -116,7 +119,9 @@ impl App {
             }
         }
         let sandbox =
-            Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?.with_plugins(plugins.clone());
+            Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
+                .with_plugins(plugins.clone())
+                .with_deadline(config.request_timeout);
         let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
         for plugin in plugins.iter() {
             if let Some((field, kind)) = plugin.kind.references().find(|(_, kind)| !modules.runs(kind)) {

@@ -404,3 +404,53 @@ fn mistakes_get_a_hint() {
         Command::new(FLEET).args(["--db", "/no/such/dir/f.db", "admin", "tenant", "create", "x"]).output().unwrap();
     assert!(stderr(&orphan).contains("its directory /no/such/dir does not exist"), "{}", stderr(&orphan));
 }
+
+/// Issue 30: every duration and size flag refuses what it cannot represent (a huge
+/// value, zero, garbage) with exit code 1 and the flag's name, before anything runs.
+#[test]
+fn duration_and_size_flags_refuse_what_they_cannot_represent() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fleet.db");
+    let run = |args: &[&str]| Command::new(FLEET).arg("--db").arg(&db).args(args).output().expect("fleet runs");
+    let serve_flags = [
+        "--drift-interval",
+        "--head-timeout",
+        "--idle-timeout",
+        "--body-timeout",
+        "--busy-timeout",
+        "--sandbox-cpu",
+        "--plugin-cpu",
+        "--request-timeout",
+    ];
+    let token = ["admin", "token", "create", "--tenant", "acme", "--principal", "p", "--grant", "compute:*:*@*"];
+    for value in ["1000000000d", "0s", "soon", "99999999999999999999999d"] {
+        let mut cases: Vec<(Vec<&str>, &str)> =
+            serve_flags.iter().map(|flag| (vec!["serve", "--listen", "127.0.0.1:0", flag, value], *flag)).collect();
+        cases.push(([&token[..], &["--expires", value]].concat(), "--expires"));
+        for (args, flag) in cases {
+            let output = run(&args);
+            assert_eq!(output.status.code(), Some(1), "{args:?}: {}", stderr(&output));
+            assert!(stderr(&output).contains(flag), "{args:?}: {}", stderr(&output));
+            assert!(!stderr(&output).contains("panicked"), "{args:?}: {}", stderr(&output));
+        }
+    }
+    for (flag, values) in [
+        ("--sandbox-memory-mib", ["0", "4097", "99999999999999999999"]),
+        ("--plugin-memory-mib", ["0", "4097", "-1"]),
+        ("--body-limit", ["0", "99999999999", "lots"]),
+        ("--max-connections", ["0", "-1", "many"]),
+    ] {
+        for value in values {
+            let output = run(&["serve", "--listen", "127.0.0.1:0", &format!("{flag}={value}")]);
+            assert_eq!(output.status.code(), Some(1), "{flag} {value}: {}", stderr(&output));
+            assert!(stderr(&output).contains(flag), "{flag} {value}: {}", stderr(&output));
+        }
+    }
+    // The longest values they do take work.
+    let server = Server::start(&["--drift-interval", "30d", "--sandbox-memory-mib", "1024"]);
+    server.tenant("acme");
+    let mut args = token[1..].to_vec();
+    args.extend(["--expires", "36500d"]);
+    let created = server.admin(&args);
+    assert!(created.contains("valid until 21"), "{created}");
+}

@@ -1,6 +1,6 @@
 //! Three replicas on one PostgreSQL database behave as one server (SPEC §12): one set of
 //! objects from concurrent applies, one drift event, events heard across replicas, the
-//! reconciler's lease taken over from a killed replica, a revoked token refused by all.
+//! tenant's drift check taken over from a killed replica, a revoked token refused by all.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -128,10 +128,10 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
         assert_eq!((status, code(&body)), (401, "UNAUTHENTICATED"), "{body}");
     }
 
-    // SIGKILL the replica that last claimed the reconciler's lease: another one takes
-    // the next check, within an interval of it falling due.
+    // SIGKILL the replica that last claimed the tenant's check: another one takes the
+    // next check, within an interval of it falling due.
     let mut sql = replicas[0].sql();
-    let mut holder = || sql.text("SELECT holder FROM leases WHERE name = 'fleet.drift'").unwrap();
+    let mut holder = || sql.text("SELECT holder FROM drift_schedule WHERE tenant = 'acme'").unwrap();
     let killed_pid = holder().rsplit(':').next().unwrap().parse::<u32>().unwrap();
     let killed = replicas.iter().position(|replica| replica.pid() == killed_pid).expect("the holder is a replica");
     replicas[killed].kill();
@@ -147,5 +147,5 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
     assert!(killed_at.elapsed() < Duration::from_secs(3), "checked within the next interval: {:?}", killed_at.elapsed());
     assert_eq!(event_types(survivor, &token)[2], "fleet.drifted");
     let now_held_by = holder();
-    assert!(!now_held_by.ends_with(&format!(":{killed_pid}")), "another replica holds the lease: {now_held_by}");
+    assert!(!now_held_by.ends_with(&format!(":{killed_pid}")), "another replica claimed the check: {now_held_by}");
 }

@@ -30,7 +30,7 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body:
         Run::InTransaction(handler) => {
             let mode = match method.kind {
                 MethodKind::Read => Tx::Read,
-                MethodKind::Mutation => Tx::Write,
+                MethodKind::Mutation => Tx::Write(&caller.tenant),
             };
             let input = parse_body(body)?;
             let result = db::transaction(&db, mode, |db| handler(&Ctx { caller: &caller, db, via: Via::Api }, input));

@@ -26,6 +26,7 @@ history!(
     "0007_columns_from_fields",
     "0008_generations",
     "0009_leases",
+    "0010_drift_schedule",
 );
 
 pub fn sqlite() -> Migrations<'static> {

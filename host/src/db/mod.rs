@@ -252,13 +252,16 @@ pub fn open_with(db: &Path, options: Options) -> anyhow::Result<Pool> {
 }
 
 /// How a transaction begins: readers take a consistent snapshot, writers take the
-/// write lock up front so that two writers never deadlock on a lock upgrade (and,
-/// across PostgreSQL replicas, so that an apply plans and writes under one lock:
-/// docs/decisions/0012).
+/// write lock of the tenant they write up front, so that two writers never deadlock on
+/// a lock upgrade, an apply plans and writes with nobody else writing that tenant in
+/// between, and a tenant's events are numbered in the order its writers commit. On
+/// PostgreSQL the lock is the tenant's own, so that writers of different tenants never
+/// wait for each other; SQLite has one writer at a time (docs/decisions/0014).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tx {
+pub enum Tx<'a> {
     Read,
-    Write,
+    /// Writes the objects, fleet state or events of this tenant.
+    Write(&'a str),
     /// A change of the schema (a plugin's table): serialized with migrations and with
     /// other replicas starting.
     Schema,
@@ -268,7 +271,7 @@ pub enum Tx {
 /// connection can be owned elsewhere (by a sandbox store) while it is open. A pooled
 /// connection that comes back with a transaction still open (a failed `COMMIT`, a
 /// panic) is rolled back first, so one failure never leaks into the next request.
-pub fn begin(db: &Conn, mode: Tx) -> Result<(), ApiError> {
+pub fn begin(db: &Conn, mode: Tx<'_>) -> Result<(), ApiError> {
     match db {
         Conn::Sqlite(db) => sqlite::begin(db, mode)?,
         Conn::Postgres(db) => db.borrow_mut().begin(mode)?,
@@ -291,7 +294,7 @@ fn rollback(db: &Conn) -> Result<(), Error> {
 }
 
 /// Runs `work` in a transaction: committed when it returns `Ok`, rolled back otherwise.
-pub fn transaction<T>(db: &Conn, mode: Tx, work: impl FnOnce(&Conn) -> Result<T, ApiError>) -> Result<T, ApiError> {
+pub fn transaction<T>(db: &Conn, mode: Tx<'_>, work: impl FnOnce(&Conn) -> Result<T, ApiError>) -> Result<T, ApiError> {
     begin(db, mode)?;
     let outcome = work(db);
     finish(db, outcome)
@@ -343,7 +346,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pool = open(&dir.path().join("fleet.db")).unwrap();
         let db = pool.get().unwrap();
-        begin(&db, Tx::Write).unwrap();
+        begin(&db, Tx::Write("leaked")).unwrap();
         db.execute("INSERT INTO tenants (name, created_at) VALUES ('leaked', 'now')", &[]).unwrap();
         // As if the request had failed between its begin and its commit.
         transaction(&db, Tx::Read, |db| {

@@ -1,8 +1,9 @@
 //! PostgreSQL: replicas of fleet on one database (SPEC §12). Each pooled connection
-//! keeps its statements prepared; writers serialize on one advisory lock taken at the
-//! start of their transaction, as SQLite's writers do on its file lock
-//! (docs/decisions/0012); migrations run once, under another advisory lock, however
-//! many replicas start together; events wake every replica through `LISTEN`/`NOTIFY`.
+//! keeps its statements prepared; a tenant's writers serialize on that tenant's
+//! advisory lock, taken at the start of their transaction, so writers of different
+//! tenants never wait for each other (docs/decisions/0014); migrations run once, under
+//! another advisory lock, however many replicas start together; events wake every
+//! replica through `LISTEN`/`NOTIFY`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,8 +14,10 @@ use postgres::{Client, NoTls, Statement};
 
 use super::{Error, Options, Param, Pool, Tx, migrations};
 
-/// The advisory lock every write transaction holds until it ends.
-const WRITE_LOCK: i64 = 0x666c_6565_7401;
+/// The class of the tenants' write locks: the first key of the two-key advisory lock a
+/// write transaction holds until it ends; the second is [`tenant_key`]. (PostgreSQL's
+/// two-key locks never collide with its one-key locks, such as [`SCHEMA_LOCK`].)
+const TENANT_WRITE_LOCKS: i32 = 0x666c_6565;
 /// The advisory lock migrations and schema changes hold.
 const SCHEMA_LOCK: i64 = 0x666c_6565_7402;
 /// The channel `NOTIFY` wakes event subscribers on.
@@ -70,14 +73,16 @@ impl Connection {
     /// Readers see one snapshot of the whole database (`REPEATABLE READ`). Writers run
     /// `READ COMMITTED` after taking the write lock, so each of their statements sees
     /// every write committed before it: nobody else can write in between.
-    pub(super) fn begin(&mut self, mode: Tx) -> Result<(), Error> {
+    pub(super) fn begin(&mut self, mode: Tx<'_>) -> Result<(), Error> {
         if self.in_transaction {
             tracing::warn!("a pooled connection still had a transaction open; rolling it back");
             self.end("ROLLBACK")?;
         }
         let begin = match mode {
             Tx::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ".to_owned(),
-            Tx::Write => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            Tx::Write(tenant) => {
+                format!("BEGIN; SELECT pg_advisory_xact_lock({TENANT_WRITE_LOCKS}, {})", tenant_key(tenant))
+            }
             Tx::Schema => format!("BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
         };
         self.in_transaction = true;
@@ -90,6 +95,15 @@ impl Connection {
         self.in_transaction = false;
         Ok(self.client.batch_execute(sql)?)
     }
+}
+
+/// The second key of a tenant's write lock: the first four bytes of the SHA-256 of its
+/// name, the same on every replica and release. Two tenants whose names share them
+/// share a lock, which only makes one wait for the other.
+fn tenant_key(tenant: &str) -> i32 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(tenant.as_bytes());
+    i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
 }
 
 fn bind<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
@@ -299,6 +313,13 @@ mod tests {
             "SELECT a FROM t WHERE b = $1 AND c = $12"
         );
         assert_eq!(placeholders("SELECT '?1', \"?2\" FROM t WHERE x = ?3"), "SELECT '?1', \"?2\" FROM t WHERE x = $3");
+    }
+
+    #[test]
+    fn tenant_keys_are_stable_and_tell_tenants_apart() {
+        // SHA-256("acme") begins 82 2b 33 ad: every replica computes this.
+        assert_eq!(tenant_key("acme"), i32::from_be_bytes([0x82, 0x2b, 0x33, 0xad]));
+        assert_ne!(tenant_key("acme"), tenant_key("acme2"));
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub(super) fn run(db: &Connection, sql: &str) -> Result<(), Error> {
 
 /// Readers begin deferred; writers (and schema changes) take SQLite's one write lock
 /// at once.
-pub(super) fn begin(db: &Connection, mode: Tx) -> Result<(), Error> {
+pub(super) fn begin(db: &Connection, mode: Tx<'_>) -> Result<(), Error> {
     if !db.is_autocommit() {
         tracing::warn!("a pooled connection still had a transaction open; rolling it back");
         run(db, "ROLLBACK")?;
@@ -97,7 +97,7 @@ pub(super) fn begin(db: &Connection, mode: Tx) -> Result<(), Error> {
         db,
         match mode {
             Tx::Read => "BEGIN DEFERRED",
-            Tx::Write | Tx::Schema => "BEGIN IMMEDIATE",
+            Tx::Write(_) | Tx::Schema => "BEGIN IMMEDIATE",
         },
     )
 }

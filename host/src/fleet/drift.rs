@@ -42,15 +42,17 @@ pub fn transition(recorded: Option<&str>, found: Option<&str>) -> Option<&'stati
     }
 }
 
-/// The lease a check is claimed under (SPEC §12).
-const LEASE: &str = "fleet.drift";
+/// How many due tenants a replica claims at once: small, so that replicas share the
+/// work about evenly and a replica that dies holds few checks.
+const CLAIM_BATCH: i64 = 16;
 
-/// Runs a check once per `drift_interval` across every server on the database, until
-/// `shutdown` resolves. Each server polls a few times per interval; the one that claims
-/// the lease when it falls due runs the check, and the lease falls due again one
-/// interval later. A server holds nothing between checks, so one that dies takes no
-/// lease with it: the next check falls due on schedule and another server claims it
-/// within a poll (docs/decisions/0012).
+/// Runs every tenant's check once per `drift_interval` across every server on the
+/// database, until `shutdown` resolves. Each server polls a few times per interval and
+/// claims due tenants a few at a time, each claim one statement, so that of the
+/// servers that poll together exactly one claims each tenant: with R replicas each
+/// checks about 1/R of the tenants. A claim holds for one interval while its check is
+/// in flight; a server that dies loses only those, which another claims once they
+/// lapse (docs/decisions/0014).
 pub async fn run(app: Arc<App>, shutdown: impl std::future::Future<Output = ()>) {
     let interval = app.config.drift_interval;
     let clock = Clock::start();
@@ -61,16 +63,10 @@ pub async fn run(app: Arc<App>, shutdown: impl std::future::Future<Output = ()>)
         tokio::select! {
             _ = poll.tick() => {
                 let (app, now) = (app.clone(), clock.now_ms());
-                let checked = tokio::task::spawn_blocking(move || {
-                    if claim(&app, now, millis(interval))? {
-                        check_all(&app);
-                    }
-                    Ok::<_, ApiError>(())
-                })
-                .await;
+                let checked = tokio::task::spawn_blocking(move || check_due(&app, now, millis(interval))).await;
                 match checked {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => tracing::error!(%error, "fleet.drift could not claim its lease"),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "fleet.drift could not claim its checks"),
                     Err(error) => tracing::error!(%error, "the drift check panicked"),
                 }
             }
@@ -102,24 +98,77 @@ impl Clock {
     }
 }
 
-/// Claims the lease if it is due at `now`, setting it due one `interval` later: one
-/// statement, so of the servers that poll together exactly one claims it. The first
-/// server on a database schedules the first check one interval after its first poll;
-/// later ones keep the schedule they find.
-fn claim(app: &App, now: i64, interval: i64) -> Result<bool, ApiError> {
-    let (db, next) = (app.db.get()?, now.saturating_add(interval));
+/// The time now in milliseconds since the Unix epoch, as the schedule counts it.
+pub fn now_ms() -> i64 {
+    millis(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default())
+}
+
+/// Puts a tenant's next check one interval after `now` (an apply is a check), in the
+/// apply's transaction.
+pub fn schedule(db: &db::Conn, tenant: &str, now: i64, interval: Duration) -> Result<(), ApiError> {
     db.execute(
-        "INSERT INTO leases (name, holder, due_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
-        params![LEASE, &app.replica, next],
+        "INSERT INTO drift_schedule (tenant, due_at) VALUES (?1, ?2)
+         ON CONFLICT (tenant) DO UPDATE SET due_at = excluded.due_at",
+        params![tenant, now.saturating_add(millis(interval))],
     )?;
-    let claimed = db.execute(
-        "UPDATE leases SET holder = ?2, due_at = ?4 WHERE name = ?1 AND due_at <= ?3",
-        params![LEASE, &app.replica, now, next],
-    )?;
-    if claimed > 0 {
-        tracing::debug!(replica = %app.replica, "fleet.drift claimed its lease");
+    Ok(())
+}
+
+/// Claims and checks the tenants due at `now`, a batch at a time, until none is due;
+/// returns how many this server checked.
+pub fn check_due(app: &Arc<App>, now: i64, interval: i64) -> Result<usize, ApiError> {
+    let mut checked = 0;
+    loop {
+        let claimed = claim(app, now, interval)?;
+        if claimed.is_empty() {
+            return Ok(checked);
+        }
+        for (tenant, due_at) in claimed {
+            let outcome = applied(app, &tenant).and_then(|found| match found {
+                Some(applied) => check(app, &applied).map(Some),
+                None => Ok(None),
+            });
+            if let Err(error) = &outcome {
+                tracing::error!(%tenant, %error, "fleet.drift could not check a tenant");
+            }
+            // Due again one interval after it was due, or after now if that is past.
+            let next = due_at.saturating_add(interval).max(now.saturating_add(interval));
+            release(app, &tenant, next)?;
+            checked += 1;
+        }
     }
-    Ok(claimed > 0)
+}
+
+/// Claims up to [`CLAIM_BATCH`] tenants due at `now` whose checks nobody holds (or
+/// whose holder's claim lapsed): one statement, so of the servers that poll together
+/// exactly one claims each tenant. The outer `due_at` and `claimed_until` conditions are
+/// checked again on rows another server claimed meanwhile (PostgreSQL re-reads a row
+/// an `UPDATE` waited for), so a tenant is never claimed twice.
+fn claim(app: &App, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiError> {
+    let db = app.db.get()?;
+    let claimed = db.query(
+        "UPDATE drift_schedule SET holder = ?1, claimed_until = ?3
+         WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+           AND tenant IN (SELECT tenant FROM drift_schedule
+                          WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+                          ORDER BY due_at, tenant LIMIT ?4)
+         RETURNING tenant, due_at",
+        params![&app.replica, now, now.saturating_add(interval), CLAIM_BATCH],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    if !claimed.is_empty() {
+        tracing::debug!(replica = %app.replica, claimed = claimed.len(), "fleet.drift claimed checks");
+    }
+    Ok(claimed)
+}
+
+/// Ends this server's claim of a tenant's check, due again at `next`.
+fn release(app: &App, tenant: &str, next: i64) -> Result<(), ApiError> {
+    app.db.get()?.execute(
+        "UPDATE drift_schedule SET due_at = ?3, claimed_until = NULL WHERE tenant = ?1 AND holder = ?2",
+        params![tenant, &app.replica, next],
+    )?;
+    Ok(())
 }
 
 struct Applied {
@@ -232,7 +281,7 @@ fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
     let found = drifted(&plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
 
     let db = app.db.get()?;
-    let published = db::transaction(&db, Tx::Write, |db| {
+    let published = db::transaction(&db, Tx::Write(&applied.tenant), |db| {
         // An apply since the plan above is itself a check: leave its answer alone.
         let still_applied: Option<String> =
             db.query_opt("SELECT applied_at FROM fleet_applied WHERE tenant = ?1", params![&applied.tenant], |row| {
@@ -366,7 +415,7 @@ mod tests {
             let db = self.app.db.get().unwrap();
             let caller = caller(tenant);
             let method = self.app.registry.by_name(method).unwrap();
-            db::transaction(&db, Tx::Write, |db| method.run_in(&Ctx { caller: &caller, db, via: Via::Api }, input))
+            db::transaction(&db, Tx::Write(tenant), |db| method.run_in(&Ctx { caller: &caller, db, via: Via::Api }, input))
                 .unwrap()
         }
 
@@ -430,6 +479,59 @@ mod tests {
         assert!(matches!(&outcomes[0], (tenant, Outcome::Failed(_)) if tenant == "broken"), "{outcomes:?}");
         assert!(matches!(&outcomes[1], (tenant, Outcome::Drifted { .. }) if tenant == "healthy"), "{outcomes:?}");
         assert_eq!(fixture.event_types("healthy"), ["fleet.drifted"]);
+    }
+
+    /// Two replicas on one database share the checks: each tenant due is checked by
+    /// exactly one of them, once, and both do some of the work.
+    #[test]
+    fn replicas_share_the_due_checks_and_check_each_tenant_once() {
+        let fixture = fixture(Duration::from_secs(900));
+        let tenants: Vec<String> = (0..48).map(|n| format!("t{n:02}")).collect();
+        for tenant in &tenants {
+            fixture.tenant_with_applied_document(tenant);
+        }
+        let mut other = App::new(fixture.app.config.clone()).unwrap();
+        Arc::get_mut(&mut other).expect("a new app is not shared").replica = "other:1".into();
+        let interval = 900_000;
+        let due = now_ms() + interval;
+        let counts: Vec<usize> = std::thread::scope(|scope| {
+            let replicas = [&fixture.app, &other]
+                .map(|app| scope.spawn(move || check_due(app, due, interval).unwrap()));
+            replicas.map(|replica| replica.join().unwrap()).into()
+        });
+        assert_eq!(counts.iter().sum::<usize>(), tenants.len(), "{counts:?}");
+        assert!(counts.iter().all(|&count| count > 0), "both replicas checked some: {counts:?}");
+        let db = fixture.app.db.get().unwrap();
+        let scheduled: Vec<(String, i64, Option<i64>)> = db
+            .query("SELECT tenant, due_at, claimed_until FROM drift_schedule ORDER BY tenant", &[], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(scheduled.iter().map(|(tenant, _, _)| tenant).collect::<Vec<_>>(), tenants.iter().collect::<Vec<_>>());
+        for (tenant, due_at, claimed_until) in scheduled {
+            assert_eq!(claimed_until, None, "{tenant}: no claim left in flight");
+            assert!(due_at > due && due_at <= due + interval, "{tenant} is due once more, an interval on: {due_at}");
+        }
+        // Nothing is due now: another poll claims nothing.
+        assert_eq!(check_due(&fixture.app, due, interval).unwrap(), 0);
+    }
+
+    /// The checks a replica claimed and never finished (it died) are taken by another
+    /// once the claim lapses, not before.
+    #[test]
+    fn a_dead_replicas_claims_are_taken_over_when_they_lapse() {
+        let fixture = fixture(Duration::from_secs(900));
+        fixture.tenant_with_applied_document("acme");
+        let interval = 900_000;
+        let due = now_ms() + interval;
+        let db = fixture.app.db.get().unwrap();
+        db.execute(
+            "UPDATE drift_schedule SET holder = 'dead:1', claimed_until = ?1 WHERE tenant = 'acme'",
+            params![due + 1000],
+        )
+        .unwrap();
+        assert_eq!(check_due(&fixture.app, due, interval).unwrap(), 0, "the claim still holds");
+        assert_eq!(check_due(&fixture.app, due + 1000, interval).unwrap(), 1, "the claim lapsed");
     }
 
     /// The schedule, in paused time: nothing before the first interval, a check after it.

@@ -200,7 +200,7 @@ fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, A
 /// of it back. Unpinned, the plan applied is the one made inside the transaction, so
 /// identical concurrent applies converge (the later ones with no calls).
 fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
-    db::begin(&db, db::Tx::Write)?;
+    db::begin(&db, db::Tx::Write(&caller.tenant))?;
     let methods = Some(Apply::new(app.registry.clone()));
     let session = Session { caller, db, source: Source::Database(app.state.clone()), methods };
     let (session, result) = app.sandbox.call(session, Entry::Apply, body);
@@ -210,6 +210,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
             crate::audit::write_pending(&session.db, &apply.audits, &applied.plan.plan_hash)?;
         }
         record(&app.metrics, &session.db, &session.caller, body, &applied)?;
+        drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), app.config.drift_interval)?;
         let calls = applied.applied;
         Ok((output, calls))
     });
@@ -260,7 +261,8 @@ struct ApplyRequest<'a> {
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document,
-/// and the drift state (an apply counts as a check that converged).
+/// and the drift state (an apply counts as a check that converged; its caller puts the
+/// next check one interval later).
 fn record(
     metrics: &crate::metrics::Metrics,
     db: &Conn,

@@ -45,7 +45,7 @@ impl Fixture {
         work: impl FnOnce(&dyn Fn(&str, Value) -> Result<Value, ApiError>) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
         let db = self.app.db.get().expect("a connection");
-        db::transaction(&db, Tx::Write, |db| {
+        db::transaction(&db, Tx::Write(&self.caller.tenant), |db| {
             let ctx = Ctx { caller: &self.caller, db, via: Via::Api };
             let call = |name: &str, input: Value| {
                 let method = self.app.registry.by_name(name).expect("the method is registered");

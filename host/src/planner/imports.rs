@@ -33,10 +33,12 @@ impl state::Host for Guest {
     }
 
     fn snapshot(&mut self) -> wasmtime::Result<Vec<u8>> {
-        let session = &self.session;
-        Ok(match &session.source {
-            Source::Snapshot(snapshot) => snapshot.encode(&fleet_guest::Catalog::built_in()),
-            Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
+        self.host_work(|guest| {
+            let session = &guest.session;
+            Ok(match &session.source {
+                Source::Snapshot(snapshot) => snapshot.encode(&fleet_guest::Catalog::built_in()),
+                Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
+            })
         })
     }
 }
@@ -49,7 +51,9 @@ impl methods::Host for Guest {
     /// mutation of this deployment, the input a JSON object of bounded size, and the call
     /// is authorized as the caller, like any HTTP call. The tenant is the store's.
     fn invoke(&mut self, method: String, input: String) -> wasmtime::Result<Result<String, types::Error>> {
-        Ok(self.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
+        self.host_work(|guest| {
+            Ok(guest.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
+        })
     }
 }
 
@@ -86,7 +90,7 @@ impl plugins::Host for Guest {
         kind: String,
         subjects: Vec<plugins::Subject>,
     ) -> wasmtime::Result<Result<Vec<plugins::Problem>, types::Error>> {
-        let Some(plugin) = self.plugins.by_kind(&kind) else {
+        let Some(plugin) = self.plugins.by_kind(&kind).cloned() else {
             let error = ApiError::new(Code::NotFound, format!("no plugin serves the kind {kind:?}"));
             return Ok(Err(into_wit_error(error)));
         };
@@ -95,18 +99,20 @@ impl plugins::Host for Guest {
             previous,
             references,
         });
-        Ok(plugin
-            .check(subjects)
-            .map(|findings| {
-                findings
-                    .into_iter()
-                    .map(|finding| plugins::Problem {
-                        subject: finding.subject,
-                        path: finding.path,
-                        message: finding.message,
-                    })
-                    .collect()
-            })
-            .map_err(into_wit_error))
+        self.host_work(|_| {
+            Ok(plugin
+                .check(subjects)
+                .map(|findings| {
+                    findings
+                        .into_iter()
+                        .map(|finding| plugins::Problem {
+                            subject: finding.subject,
+                            path: finding.path,
+                            message: finding.message,
+                        })
+                        .collect()
+                })
+                .map_err(into_wit_error))
+        })
     }
 }

@@ -1,6 +1,12 @@
 //! The planner sandbox: the component compiled once, pre-linked into an `InstancePre`,
-//! and a fresh `Store` per request with a CPU budget (epoch deadline), a memory cap, and
-//! the caller it serves. Host imports only ever see that caller's tenant.
+//! and a fresh `Store` per request with a CPU budget, a memory cap, a deadline, and the
+//! caller it serves. Host imports only ever see that caller's tenant.
+//!
+//! The CPU budget is the planner's own work (SPEC §12): the time the host spends in
+//! its imports on the guest's behalf (reading the state, running an apply's calls on
+//! the database, plugins' checks) is counted apart and given back, so neither the size
+//! of an apply nor the database's latency makes it `RESOURCE_EXHAUSTED`. The whole call
+//! is bounded by a deadline of its own (`--request-timeout`).
 
 pub mod state;
 
@@ -38,6 +44,9 @@ pub const HOSTILE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_hosti
 
 /// How often the epoch advances; the CPU budget is counted in these ticks.
 const TICK: Duration = Duration::from_millis(10);
+/// How long a planner call may take in all, host time included, unless the server is
+/// told otherwise (`--request-timeout`).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5 * 60);
 /// The most planner instances alive at once with the pooling allocator.
 const MAX_INSTANCES: u32 = 128;
 /// How much of a pooled slot's memory (and table) stays resident between requests: all
@@ -66,6 +75,8 @@ pub struct Sandbox {
     engine: Engine,
     planner: FleetPlannerPre<Guest>,
     budget: Budget,
+    /// How long one call may take, host time included.
+    deadline: Duration,
     metrics: Metrics,
     /// The module plugins whose kinds and checks the planner's `plugins` import serves.
     plugins: Arc<Plugins>,
@@ -123,11 +134,67 @@ impl Apply {
     }
 }
 
-/// The data of one store: the session and the memory limiter.
+/// The data of one store: the session, the memory limiter and the clock of the call.
 pub struct Guest {
     session: Session,
     limits: Limits,
     plugins: Arc<Plugins>,
+    clock: Clock,
+}
+
+/// Where a call's time goes: the CPU budget counts what is not spent in host imports.
+struct Clock {
+    started: std::time::Instant,
+    /// Time spent in host imports so far.
+    host: Duration,
+    cpu: Duration,
+    deadline: Duration,
+}
+
+/// How a call ran out of time.
+enum OutOfTime {
+    /// The planner's own work passed its CPU budget.
+    Cpu,
+    /// The call, host time included, passed its deadline.
+    Deadline,
+}
+
+impl Clock {
+    /// The planner's own work so far: the time since the call started, less the host's.
+    fn guest(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.host)
+    }
+
+    /// What is left of the budget, or how the call ran out of time.
+    fn remaining(&self) -> Result<Duration, OutOfTime> {
+        if self.started.elapsed() >= self.deadline {
+            return Err(OutOfTime::Deadline);
+        }
+        self.cpu.checked_sub(self.guest()).filter(|left| !left.is_zero()).ok_or(OutOfTime::Cpu)
+    }
+}
+
+/// The error a call that passed its deadline ends with (a host import's, or the epoch
+/// callback's).
+fn past_deadline(deadline: Duration) -> ApiError {
+    ApiError::new(
+        Code::ResourceExhausted,
+        format!("the request ran past its deadline of {} (--request-timeout)", humantime::format_duration(deadline)),
+    )
+}
+
+impl Guest {
+    /// Runs a host import, its time counted as the host's. An import that starts past
+    /// the call's deadline fails at once.
+    fn host_work<T>(&mut self, work: impl FnOnce(&mut Guest) -> wasmtime::Result<T>) -> wasmtime::Result<T> {
+        if self.clock.started.elapsed() >= self.clock.deadline {
+            return Err(past_deadline(self.clock.deadline).into());
+        }
+        let started = std::time::Instant::now();
+        let result = work(self);
+        self.clock.host += started.elapsed();
+        result
+    }
 }
 
 /// A store's memory cap, and whether a guest hit it.
@@ -174,7 +241,12 @@ impl Sandbox {
         let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
         let _ticker = Ticker::start(&engine)?;
         let plugins = Arc::new(Plugins::default());
-        Ok(Sandbox { engine, planner, budget, metrics, plugins, _ticker })
+        Ok(Sandbox { engine, planner, budget, deadline: DEFAULT_DEADLINE, metrics, plugins, _ticker })
+    }
+
+    /// The sandbox, with calls bounded by `deadline` in all (host time included).
+    pub fn with_deadline(self, deadline: Duration) -> Sandbox {
+        Sandbox { deadline, ..self }
     }
 
     /// The sandbox, with the module plugins the planner plans.
@@ -189,11 +261,18 @@ impl Sandbox {
         let metrics = &self.metrics;
         metrics.sandbox_instances.inc();
         let limits = Limits { memory_bytes: self.budget.memory_bytes, exhausted: false };
-        let guest = Guest { session, limits, plugins: self.plugins.clone() };
+        let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
+        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
+        // The epoch also advances while the host works in an import: when the deadline
+        // comes, the budget is what the guest itself used, and the rest is given again.
         store.set_epoch_deadline(ticks(self.budget.cpu));
-        store.epoch_deadline_trap();
+        store.epoch_deadline_callback(|store| match store.data().clock.remaining() {
+            Ok(left) => Ok(wasmtime::UpdateDeadline::Continue(ticks(left))),
+            Err(OutOfTime::Cpu) => Err(Trap::Interrupt.into()),
+            Err(OutOfTime::Deadline) => Err(past_deadline(store.data().clock.deadline).into()),
+        });
 
         let result = self.planner.instantiate(&mut store).and_then(|planner| {
             let planner = planner.compute_fleet_planner();
@@ -204,6 +283,7 @@ impl Sandbox {
             }
         });
         let exhausted = store.data().limits.exhausted;
+        let guest_time = store.data().clock.guest();
         let session = store.into_data().session;
         // A result is bounded by the memory budget: it was built in the guest's memory.
         let result = match result {
@@ -225,7 +305,7 @@ impl Sandbox {
                 Err(error)
             }
         };
-        crate::metrics::add_sandbox_time(started.elapsed());
+        crate::metrics::add_sandbox_time(guest_time);
         (session, result)
     }
 }
@@ -338,6 +418,7 @@ fn from_wit_error(error: types::Error) -> ApiError {
         W::Unauthenticated => Code::Unauthenticated,
         W::PermissionDenied => Code::PermissionDenied,
         W::NotFound => Code::NotFound,
+        W::MethodNotAllowed => Code::MethodNotAllowed,
         W::AlreadyExists => Code::AlreadyExists,
         W::FailedPrecondition => Code::FailedPrecondition,
         W::InvalidState => Code::InvalidState,
@@ -362,6 +443,7 @@ pub(crate) fn into_wit_error(error: ApiError) -> types::Error {
         Code::Unauthenticated => W::Unauthenticated,
         Code::PermissionDenied => W::PermissionDenied,
         Code::NotFound => W::NotFound,
+        Code::MethodNotAllowed => W::MethodNotAllowed,
         Code::AlreadyExists => W::AlreadyExists,
         Code::FailedPrecondition => W::FailedPrecondition,
         Code::InvalidState => W::InvalidState,

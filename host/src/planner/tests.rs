@@ -167,3 +167,62 @@ fn the_compiled_planner_is_cached_on_disk() {
     assert_ne!(std::fs::read(artifact).unwrap(), bytes);
     eprintln!("loading the cached planner took {cached:?}");
 }
+
+/// An app whose planner has a small CPU budget and loads the hostile plugin, whose
+/// `slow` check takes its time in the host's plugin sandbox.
+fn with_slow_plugin(cpu: Duration, deadline: Duration) -> (Arc<App>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::for_tests(dir.path().join("fleet.db"));
+    config.budget.cpu = cpu;
+    config.request_timeout = deadline;
+    config.plugins = vec![env!("FLEET_HOSTILE_PLUGIN_WASM").into()];
+    config.plugin_budget.cpu = Duration::from_secs(60);
+    let app = App::new(config).unwrap();
+    crate::calls::auth::create_tenant(&app.db.get().unwrap(), "acme", "2026-11-30T00:00:00Z").unwrap();
+    (app, dir)
+}
+
+/// Applies a document of one hazard whose check spins `rounds` million times, at plan
+/// time and again when the apply creates it.
+fn apply_slow(app: &Arc<App>, rounds: u64) -> (Result<String, ApiError>, Duration) {
+    let apply = app.registry.by_name("compute.fleet.apply").unwrap();
+    let body = serde_json::json!({"document": {"hazards": {"h": {"mode": "slow", "size": rounds}}}}).to_string();
+    let started = Instant::now();
+    let result = crate::calls::dispatch(app, caller(&["compute:*:*@*"]), app.db.get().unwrap(), apply, body.as_bytes());
+    (result, started.elapsed())
+}
+
+/// SPEC §12: the CPU budget is the planner's own work. Time the host spends in imports
+/// (here a plugin's slow check, run twice) does not count against it, so an apply that
+/// takes far longer than the budget succeeds; a guest that spins is still stopped.
+#[test]
+fn host_time_does_not_count_against_the_cpu_budget() {
+    let budget = Duration::from_millis(300);
+    let (app, _dir) = with_slow_plugin(budget, Duration::from_secs(300));
+    let (result, took) = apply_slow(&app, 600);
+    let applied: serde_json::Value = serde_json::from_str(&result.unwrap()).unwrap();
+    assert_eq!(applied["applied"], 1);
+    assert!(took > budget * 2, "the plugin's checks took {took:?}, not longer than the planner's budget");
+
+    let fixture = fixture(Budget { cpu: budget, memory_bytes: 32 << 20 });
+    let error = fixture.run("loop", caller(&[]), false).unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(error.message.contains("CPU"), "{error}");
+}
+
+/// The whole call has a deadline of its own, host time included.
+#[test]
+fn a_call_past_its_deadline_is_resource_exhausted() {
+    let (app, _dir) = with_slow_plugin(Duration::from_secs(5), Duration::from_millis(200));
+    let (result, _) = apply_slow(&app, 600);
+    let error = result.unwrap_err();
+    assert_eq!(error.code, Code::ResourceExhausted, "{error}");
+    assert!(error.message.contains("deadline"), "{error}");
+    let hazards = crate::modules::store::load_all(
+        &app.db.get().unwrap(),
+        app.modules.catalog.get(app.modules.catalog.by_kind("hazard").unwrap()),
+        "acme",
+    )
+    .unwrap();
+    assert!(hazards.is_empty(), "nothing was applied");
+}

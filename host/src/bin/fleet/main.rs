@@ -130,7 +130,7 @@ struct Serve {
     #[arg(long, value_delimiter = ',', default_value = "sites,accounts,pools,quotas,offers,flavors")]
     modules: Vec<String>,
     /// How often fleet.drift re-plans applied documents (e.g. 15m, 30s).
-    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "15m", value_parser = duration(LIMITS.drift_interval))]
     drift_interval: Duration,
     /// Serve reads only: apply and every other mutation answer UNSUPPORTED, no drift
     /// checks run, and nothing is written to the database.
@@ -140,16 +140,16 @@ struct Serve {
     #[arg(long)]
     demo: bool,
     /// The largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 16 << 20)]
-    body_limit: usize,
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=MAX_BODY_LIMIT))]
+    body_limit: u64,
     /// How long a request head may take to arrive.
-    #[arg(long, default_value = "10s", value_parser = positive_duration)]
+    #[arg(long, default_value = "10s", value_parser = duration(LIMITS.timeout))]
     head_timeout: Duration,
     /// How long an idle keep-alive connection stays open.
-    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    #[arg(long, default_value = "60s", value_parser = duration(LIMITS.timeout))]
     idle_timeout: Duration,
     /// How long a request body may pause before the request ends.
-    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    #[arg(long, default_value = "30s", value_parser = duration(LIMITS.timeout))]
     body_timeout: Duration,
     /// Connections open at once; more wait until one closes.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
@@ -159,14 +159,18 @@ struct Serve {
     log_format: LogFormat,
     /// How long a request waits for another process's lock on the database before it
     /// answers UNAVAILABLE.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = duration(LIMITS.timeout))]
     busy_timeout: Duration,
     /// The planner's CPU budget per request.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = duration(LIMITS.cpu))]
     sandbox_cpu: Duration,
-    /// The planner's memory cap per request, in MiB.
-    #[arg(long, default_value_t = 256)]
-    sandbox_memory_mib: usize,
+    /// How long a fleet request may take in all: the planner's work, and the database's
+    /// and plugins' work on its behalf, which its CPU budget does not count.
+    #[arg(long, default_value = "5m", value_parser = duration(LIMITS.timeout))]
+    request_timeout: Duration,
+    /// The planner's memory cap per request, in MiB (at most 4096, a 32-bit memory).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_MIB))]
+    sandbox_memory_mib: u32,
     /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
     #[arg(long, env = "FLEET_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
@@ -177,10 +181,10 @@ struct Serve {
     #[arg(long = "plugin", value_name = "FILE.wasm")]
     plugins: Vec<PathBuf>,
     /// A plugin check's CPU budget per call.
-    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    #[arg(long, default_value = "1s", value_parser = duration(LIMITS.cpu))]
     plugin_cpu: Duration,
-    /// A plugin check's memory cap per call, in MiB.
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    /// A plugin check's memory cap per call, in MiB (at most 4096).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_MIB))]
     plugin_memory_mib: u32,
 }
 
@@ -226,7 +230,7 @@ enum TokenCommand {
         #[arg(long = "grant", required = true)]
         grants: Vec<String>,
         /// How long the token is valid (e.g. 12h, 30d); without it, until revoked.
-        #[arg(long, value_parser = positive_duration)]
+        #[arg(long, value_parser = duration(LIMITS.token))]
         expires: Option<Duration>,
     },
     /// Lists a tenant's tokens: id, principal, grants, created, expires; never the secret.
@@ -404,12 +408,44 @@ fn default_cache_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")))
 }
 
-/// A duration longer than zero, e.g. `10s`.
-fn positive_duration(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
+/// The longest value each kind of duration flag takes: every one must be longer than
+/// zero and no longer than its bound, so that no value reaches a clock, a timer or a
+/// date it cannot be represented in (issue 30: `--expires 1000000000d` once panicked
+/// formatting a date past the year 9999). clap names the flag in the message.
+struct DurationLimits {
+    /// How often the reconciler checks.
+    drift_interval: Duration,
+    /// Connection and lock timeouts.
+    timeout: Duration,
+    /// A sandbox's CPU budget.
+    cpu: Duration,
+    /// How long a token lives.
+    token: Duration,
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+const LIMITS: DurationLimits = DurationLimits {
+    drift_interval: Duration::from_secs(30 * 24 * 3600),
+    timeout: DAY,
+    cpu: Duration::from_secs(3600),
+    token: Duration::from_secs(100 * 365 * 24 * 3600),
+};
+
+/// The largest request body a server may be told to accept: 4 GiB.
+const MAX_BODY_LIMIT: u64 = 4 << 30;
+/// A sandbox's memory is a 32-bit WebAssembly memory: at most 4 GiB.
+const MAX_MEMORY_MIB: i64 = 4096;
+
+/// A parser of durations such as `10s` or `15m`, longer than zero and at most `max`.
+fn duration(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match humantime::parse_duration(text) {
         Ok(duration) if duration.is_zero() => Err("must be longer than zero".into()),
+        Ok(duration) if duration > max => {
+            Err(format!("must be at most {}", humantime::format_duration(max)))
+        }
         Ok(duration) => Ok(duration),
-        Err(error) => Err(error.to_string()),
+        Err(error) => Err(format!("{error} (a duration such as 30s, 15m or 12h)")),
     }
 }
 
@@ -432,18 +468,16 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     let mut config = Config::new(db_path);
     config.modules = parse_modules(&serve.modules)?;
     config.drift_interval = serve.drift_interval;
-    if config.drift_interval.is_zero() {
-        bail!("--drift-interval must be longer than zero");
-    }
     config.read_only = serve.read_only;
-    config.body_limit = serve.body_limit;
+    config.body_limit = usize::try_from(serve.body_limit).context("--body-limit does not fit this machine")?;
     config.limits.head_timeout = serve.head_timeout;
     config.limits.idle_timeout = serve.idle_timeout;
     config.limits.body_timeout = serve.body_timeout;
     config.limits.max_connections = serve.max_connections as usize;
     config.busy_timeout = serve.busy_timeout;
     config.budget.cpu = serve.sandbox_cpu;
-    config.budget.memory_bytes = serve.sandbox_memory_mib << 20;
+    config.request_timeout = serve.request_timeout;
+    config.budget.memory_bytes = (serve.sandbox_memory_mib as usize) << 20;
     config.cache_dir = serve.cache_dir.or_else(default_cache_dir);
     if let Some(preview_dir) = serve.preview_dir {
         config.preview_dir = preview_dir;
