@@ -149,3 +149,37 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
     let now_held_by = holder();
     assert!(!now_held_by.ends_with(&format!(":{killed_pid}")), "another replica claimed the check: {now_held_by}");
 }
+
+/// SPEC §12 (issue 26): writes of different tenants never wait for each other on
+/// PostgreSQL. An operator's session holds tenant `big`'s write lock, as a long apply
+/// would: `big`'s writes wait for it (and answer UNAVAILABLE past the busy timeout),
+/// `small`'s go through at once. No timing is asserted: the lock decides.
+#[test]
+fn writes_of_one_tenant_never_wait_for_another_tenants() {
+    if !postgres() {
+        // SQLite has one writer at a time (docs/decisions/0014).
+        return;
+    }
+    let server = Server::start(&["--busy-timeout", "1s"]);
+    let big = server.tenant_with_token("big");
+    let small = server.tenant_with_token("small");
+    // The lock a writer of `big` takes (host/src/db/postgres.rs): class "flee", then the
+    // first four bytes of SHA-256("big").
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(b"big");
+    let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    let mut holder = crate::cluster::connect(server.db_path().to_str().unwrap());
+    let mut transaction = holder.transaction().unwrap();
+    transaction.batch_execute(&format!("SELECT pg_advisory_xact_lock({}, {key})", 0x666c_6565)).unwrap();
+
+    let (status, body) = server.call(&small, "sites/create", json!({"region": "eu-west-1"}));
+    assert_eq!(status, 200, "another tenant's write goes through: {body}");
+    let (status, body) = server.call(&small, "fleet/apply", json!({"document": estate()}));
+    assert_eq!(status, 200, "and so does its apply: {body}");
+    let (status, body) = server.call(&big, "sites/create", json!({"region": "eu-west-1"}));
+    assert_eq!((status, code(&body)), (503, "UNAVAILABLE"), "the tenant's own writes wait for its lock: {body}");
+
+    transaction.rollback().unwrap();
+    server.ok(&big, "sites/create", json!({"region": "eu-west-1"}));
+    assert_eq!(server.ok(&big, "sites/list", json!({}))["items"].as_array().unwrap().len(), 1);
+}
