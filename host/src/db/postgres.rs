@@ -86,7 +86,13 @@ impl Connection {
             Tx::Schema => format!("BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
         };
         self.in_transaction = true;
-        self.client.batch_execute(&begin)?;
+        if let Err(error) = self.client.batch_execute(&begin) {
+            // A lock that timed out leaves the transaction aborted: end it here, or the
+            // next statement on this pooled connection (the next request's
+            // authentication, which runs outside any transaction) fails with it.
+            let _ = self.end("ROLLBACK");
+            return Err(error.into());
+        }
         Ok(())
     }
 
