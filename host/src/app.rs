@@ -118,10 +118,9 @@ impl App {
                     .map_err(|error| anyhow::anyhow!("plugin {}: {error:#}", plugin.path.display()))?;
             }
         }
-        let sandbox =
-            Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
-                .with_plugins(plugins.clone())
-                .with_deadline(config.request_timeout);
+        let sandbox = Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
+            .with_plugins(plugins.clone())
+            .with_deadline(config.request_timeout);
         let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
         for plugin in plugins.iter() {
             if let Some((field, kind)) = plugin.kind.references().find(|(_, kind)| !modules.runs(kind)) {

@@ -415,8 +415,10 @@ mod tests {
             let db = self.app.db.get().unwrap();
             let caller = caller(tenant);
             let method = self.app.registry.by_name(method).unwrap();
-            db::transaction(&db, Tx::Write(tenant), |db| method.run_in(&Ctx { caller: &caller, db, via: Via::Api }, input))
-                .unwrap()
+            db::transaction(&db, Tx::Write(tenant), |db| {
+                method.run_in(&Ctx { caller: &caller, db, via: Via::Api }, input)
+            })
+            .unwrap()
         }
 
         fn set_gpus(&self, tenant: &str, gpus: u64) {
@@ -495,8 +497,8 @@ mod tests {
         let interval = 900_000;
         let due = now_ms() + interval;
         let counts: Vec<usize> = std::thread::scope(|scope| {
-            let replicas = [&fixture.app, &other]
-                .map(|app| scope.spawn(move || check_due(app, due, interval).unwrap()));
+            let replicas =
+                [&fixture.app, &other].map(|app| scope.spawn(move || check_due(app, due, interval).unwrap()));
             replicas.map(|replica| replica.join().unwrap()).into()
         });
         assert_eq!(counts.iter().sum::<usize>(), tenants.len(), "{counts:?}");
@@ -507,7 +509,10 @@ mod tests {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })
             .unwrap();
-        assert_eq!(scheduled.iter().map(|(tenant, _, _)| tenant).collect::<Vec<_>>(), tenants.iter().collect::<Vec<_>>());
+        assert_eq!(
+            scheduled.iter().map(|(tenant, _, _)| tenant).collect::<Vec<_>>(),
+            tenants.iter().collect::<Vec<_>>()
+        );
         for (tenant, due_at, claimed_until) in scheduled {
             assert_eq!(claimed_until, None, "{tenant}: no claim left in flight");
             assert!(due_at > due && due_at <= due + interval, "{tenant} is due once more, an interval on: {due_at}");

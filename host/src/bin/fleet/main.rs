@@ -441,9 +441,7 @@ const MAX_MEMORY_MIB: i64 = 4096;
 fn duration(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
     move |text: &str| match humantime::parse_duration(text) {
         Ok(duration) if duration.is_zero() => Err("must be longer than zero".into()),
-        Ok(duration) if duration > max => {
-            Err(format!("must be at most {}", humantime::format_duration(max)))
-        }
+        Ok(duration) if duration > max => Err(format!("must be at most {}", humantime::format_duration(max))),
         Ok(duration) => Ok(duration),
         Err(error) => Err(format!("{error} (a duration such as 30s, 15m or 12h)")),
     }
