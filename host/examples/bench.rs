@@ -53,6 +53,12 @@ struct Args {
     /// temp dir, or an empty PostgreSQL database (`postgres://user@host:5432/name`).
     #[arg(long)]
     db: Option<String>,
+    /// An empty PostgreSQL database for the replica figures (issue 26): the large apply
+    /// there, directly and through a proxy that adds 1 ms of round trip, and another
+    /// tenant's creates during a large apply. With the default SQLite `--db`, their
+    /// ratio to its apply is the figure `pg_apply_over_sqlite`.
+    #[arg(long)]
+    postgres: Option<String>,
     /// Repeat one figure for `--seconds` and stop, for a profiler to watch
     /// (`perf record -g -- bench --profile wasm-plan`).
     #[arg(long, value_enum)]
@@ -325,7 +331,13 @@ async fn run(args: Args) -> Result<()> {
         bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
     }
     match args.profile {
-        Some(Figure::Apply) => return Ok(()),
+        Some(Figure::Apply) => {
+            println!("apply_ms {:.1}", ms(apply));
+            if let Some(url) = &args.postgres {
+                println!("{}", replicas::figures(url, &document).await?);
+            }
+            return Ok(());
+        }
         Some(Figure::SmallPlan) => return small_plan(&base, &small_token, &args).await.map(drop),
         _ => {}
     }
@@ -531,7 +543,11 @@ async fn run(args: Args) -> Result<()> {
 
     let _ = stop.send(());
     server.await??;
-    let report = json!({
+    let on_postgres = match &args.postgres {
+        Some(url) => Some(replicas::figures(url, &document).await?),
+        None => None,
+    };
+    let mut report = json!({
         "objects": objects,
         "native_plan_ms": ms(native_plan),
         "wasm_plan_ms": ms(wasm_plan),
@@ -556,6 +572,13 @@ async fn run(args: Args) -> Result<()> {
         "rss_large_mib": rss_large,
         "cores": std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
     });
+    if let Some(Value::Object(figures)) = on_postgres {
+        let pg_apply = figures.get("pg_apply_ms").and_then(Value::as_f64).unwrap_or_default();
+        report["pg_apply_over_sqlite"] = json!(pg_apply / ms(apply));
+        for (name, value) in figures {
+            report[name] = value;
+        }
+    }
     if args.json {
         println!("{report}");
         return Ok(());
@@ -593,5 +616,166 @@ async fn run(args: Args) -> Result<()> {
     row("small plan at the edge (p50)", format!("{:.2} ms", ms(edge_small)), "the origin's: small plan");
     row("peak RSS", format!("{rss:.0} MiB"), "target <= 200 MiB; before the large estates");
     row("peak RSS, large estates", format!("{rss_large:.0} MiB"), "with the two figures above");
+    if report.get("pg_apply_ms").is_some() {
+        let figure = |name: &str| report[name].as_f64().unwrap_or_default();
+        row("apply on PostgreSQL", format!("{:.0} ms", figure("pg_apply_ms")), "");
+        row("  / apply on SQLite", format!("{:.2}x", figure("pg_apply_over_sqlite")), "target <= 2x");
+        row("  with 1 ms round trips", format!("{:.0} ms", figure("pg_apply_latency1ms_ms")), "target <= 3000 ms");
+        row(
+            "bystander create (p99)",
+            format!("{:.1} ms", figure("bystander_create_p99_ms")),
+            "another tenant's, during a large apply",
+        );
+    }
     Ok(())
+}
+
+/// The replica figures of issue 26, against a real PostgreSQL database.
+mod replicas {
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, Result, bail};
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use fleet::calls::auth;
+    use fleet::{App, Config};
+
+    /// A server of its own on the database at `url`: its base URL, a stop for it, and
+    /// a token of every permission for each of `tenants` (made here).
+    async fn server(url: String, tenants: &[&str]) -> Result<(String, tokio::sync::oneshot::Sender<()>, Vec<String>)> {
+        let mut config = Config::new(url.into());
+        config.budget.cpu = Duration::from_secs(60);
+        config.budget.memory_bytes = 1 << 30;
+        config.body_limit = 64 << 20;
+        let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
+        let tenants: Vec<String> = tenants.iter().map(|tenant| (*tenant).to_owned()).collect();
+        let tokens = {
+            let app = app.clone();
+            tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
+                let db = app.db.get()?;
+                let now = "2026-11-30T00:00:00Z";
+                let all = ["compute:*:* @ *".to_owned()];
+                tenants
+                    .iter()
+                    .map(|tenant| {
+                        auth::create_tenant(&db, tenant, now)?;
+                        Ok(auth::create_token(&db, tenant, "alice", &all, now, None)?)
+                    })
+                    .collect()
+            })
+            .await??
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(fleet::serve(app, listener, async move {
+            let _ = stopped.await;
+        }));
+        Ok((base, stop, tokens))
+    }
+
+    async fn post(http: &reqwest::Client, base: &str, token: &str, path: &str, body: String) -> Result<Value> {
+        let response = http.post(format!("{base}/api/compute/{path}")).bearer_auth(token).body(body).send().await?;
+        let (status, text) = (response.status(), response.text().await?);
+        if !status.is_success() {
+            bail!("{path} answered {status}: {}", &text[..text.len().min(300)]);
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Forwards loopback connections to `upstream`, holding every chunk `delay` in each
+    /// direction (a round trip gains twice `delay`), without limiting throughput.
+    async fn delaying_proxy(upstream: String, delay: Duration) -> Result<u16> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else { return };
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::spawn(pipe(client_read, server_write, delay));
+                    tokio::spawn(pipe(server_read, client_write, delay));
+                });
+            }
+        });
+        Ok(port)
+    }
+
+    async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, delay: Duration) {
+        let (chunks, mut delayed) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+        tokio::spawn(async move {
+            while let Some((due, chunk)) = delayed.recv().await {
+                tokio::time::sleep_until(due).await;
+                if to.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut buffer = vec![0u8; 64 << 10];
+        while let Ok(read) = from.read(&mut buffer).await {
+            if read == 0 || chunks.send((tokio::time::Instant::now() + delay, buffer[..read].to_vec())).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// `pg_apply_ms`, `pg_apply_latency1ms_ms` and `bystander_create_p99_ms`.
+    pub async fn figures(url: &str, document: &Value) -> Result<Value> {
+        let http = reqwest::Client::new();
+        let body = json!({"document": document}).to_string();
+        let (base, stop, tokens) = server(url.to_owned(), &["pg-big", "pg-later", "pg-small"]).await?;
+
+        let started = Instant::now();
+        post(&http, &base, &tokens[0], "fleet/apply", body.clone()).await?;
+        let pg_apply = started.elapsed();
+
+        // Another tenant's creates, one after another, while `pg-later` applies the
+        // large document.
+        let applying = {
+            let (http, base, token, body) = (http.clone(), base.clone(), tokens[1].clone(), body.clone());
+            tokio::spawn(async move { post(&http, &base, &token, "fleet/apply", body).await })
+        };
+        let mut latencies = Vec::new();
+        let site = json!({"region": "eu-west-1"}).to_string();
+        while !applying.is_finished() {
+            let started = Instant::now();
+            post(&http, &base, &tokens[2], "sites/create", site.clone()).await?;
+            latencies.push(started.elapsed());
+        }
+        applying.await??;
+        latencies.sort();
+        let p99 = latencies.get(latencies.len() * 99 / 100).copied().unwrap_or_default();
+        let _ = stop.send(());
+
+        // The same apply with 1 ms more on every round trip to the database.
+        let config: postgres::Config = url.parse().context("a PostgreSQL URL")?;
+        let host = match config.get_hosts().first() {
+            Some(postgres::config::Host::Tcp(host)) => host.clone(),
+            _ => bail!("the --postgres URL must name a TCP host"),
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let proxy = delaying_proxy(format!("{host}:{port}"), Duration::from_micros(500)).await?;
+        let far = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{proxy}"), 1);
+        if far == url {
+            bail!("the --postgres URL must give its host and port (host:port)");
+        }
+        let (base, stop, tokens) = server(far, &["pg-far"]).await?;
+        let started = Instant::now();
+        post(&http, &base, &tokens[0], "fleet/apply", body).await?;
+        let far_apply = started.elapsed();
+        let _ = stop.send(());
+
+        let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
+        Ok(json!({
+            "pg_apply_ms": ms(pg_apply),
+            "pg_apply_latency1ms_ms": ms(far_apply),
+            "bystander_create_p99_ms": ms(p99),
+            "bystander_creates": latencies.len(),
+        }))
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
 use crate::calls::input::{Input, Page};
-use crate::calls::registry::{Ctx, Method, MethodKind, Registry, Via};
+use crate::calls::registry::{Ctx, Deferred, Method, MethodKind, Registry, Via};
 use crate::db::{self, Conn, Param};
 use crate::params;
 
@@ -63,8 +63,8 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
     };
     match ctx.via {
         Via::Api => insert(ctx.db, ctx.via.as_str(), None, &[record]),
-        Via::Apply(pending) => {
-            pending.0.borrow_mut().push(record);
+        Via::Apply(deferred) => {
+            deferred.audits.0.borrow_mut().push(record);
             Ok(())
         }
     }
@@ -89,10 +89,10 @@ pub struct Pending(RefCell<Vec<Record>>);
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// Writes an apply's records with the plan hash it applied.
-pub fn write_pending(db: &Conn, pending: &Pending, plan_hash: &str) -> Result<(), ApiError> {
-    let records = pending.0.take();
+pub fn write_pending(db: &Conn, deferred: &Deferred, plan_hash: &str) -> Result<(), ApiError> {
+    let records = deferred.audits.0.take();
     for chunk in records.chunks(ROWS_PER_STATEMENT) {
-        insert(db, Via::Apply(pending).as_str(), Some(plan_hash), chunk)?;
+        insert(db, Via::Apply(deferred).as_str(), Some(plan_hash), chunk)?;
     }
     Ok(())
 }

@@ -38,11 +38,32 @@ pub struct Ctx<'a> {
 }
 
 /// How a module method was called: over HTTP, or by a fleet apply (whose audit records
-/// wait for it in `Pending`).
+/// and writes wait for it in `Deferred`).
 #[derive(Clone, Copy)]
 pub enum Via<'a> {
     Api,
-    Apply(&'a crate::audit::Pending),
+    Apply(&'a Deferred),
+}
+
+/// What an apply's calls leave to be written when the apply records itself, in its
+/// transaction: their audit records (with the apply's plan hash) and their writes to
+/// module objects, many to a statement.
+#[derive(Default)]
+pub struct Deferred {
+    pub audits: crate::audit::Pending,
+    pub objects: crate::modules::store::Overlay,
+}
+
+impl Ctx<'_> {
+    /// The caller's module objects, as this call reaches them: through the apply's
+    /// overlay inside an apply, straight in the database otherwise.
+    pub fn objects(&self) -> crate::modules::store::Objects<'_> {
+        let overlay = match self.via {
+            Via::Api => None,
+            Via::Apply(deferred) => Some(&deferred.objects),
+        };
+        crate::modules::store::Objects { db: self.db, tenant: &self.caller.tenant, overlay }
+    }
 }
 
 impl Via<'_> {

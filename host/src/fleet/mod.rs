@@ -207,7 +207,8 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     let recorded = result.and_then(|output| {
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
         if let Some(apply) = &session.methods {
-            crate::audit::write_pending(&session.db, &apply.audits, &applied.plan.plan_hash)?;
+            apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
+            crate::audit::write_pending(&session.db, &apply.deferred, &applied.plan.plan_hash)?;
         }
         record(&app.metrics, &session.db, &session.caller, body, &applied)?;
         drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), app.config.drift_interval)?;

@@ -291,7 +291,7 @@ fn check_rules(module: &Module, ctx: &Ctx, object: &Object) -> Result<Vec<Proble
                         _ => None,
                     });
                 let (Some(target), false, false) = (target, ours.is_empty(), reference.is_empty()) else { continue };
-                let Some(referenced) = store::load(ctx.db, target, &ctx.caller.tenant, reference)? else { continue };
+                let Some(referenced) = ctx.objects().load(target, reference)? else { continue };
                 if referenced.text(other) == ours {
                     let message = format!("{field} is the {other} of {} {reference} ({ours})", target.kind);
                     problems.push(Problem { path: pointer(field), message });
@@ -318,7 +318,7 @@ fn check_references(
         }
         let id = object.text(field.name);
         let live = match module.target(kind) {
-            Some(target) => store::is_live(ctx.db, target, &ctx.caller.tenant, id)?,
+            Some(target) => ctx.objects().is_live(target, id)?,
             None => false,
         };
         if !live {
@@ -341,7 +341,7 @@ fn check_plugin(module: &Module, ctx: &Ctx, object: &Object, previous: Option<&O
     let mut references = Vec::new();
     for (field, kind) in module.kind.references() {
         let Some(target) = module.target(kind) else { continue };
-        if let Some(referenced) = store::load(ctx.db, target, &ctx.caller.tenant, object.text(field))? {
+        if let Some(referenced) = ctx.objects().load(target, object.text(field))? {
             references.push((field.to_owned(), checked_form(target, &referenced)));
         }
     }
@@ -383,7 +383,7 @@ fn check_unreferenced(ctx: &Ctx, module: &Module, object: &Object) -> Result<(),
             if field.ty != FieldType::Ref(module.kind.kind) {
                 continue;
             }
-            let keys = store::live_keys_where(ctx.db, referrer, &ctx.caller.tenant, field.name, &object.key)?;
+            let keys = ctx.objects().live_keys_where(referrer, field.name, &object.key)?;
             if !keys.is_empty() {
                 lines.push(format!("the live {} {keys:?}", referrer.section));
                 referrers.insert(referrer.section.into(), json!(keys));
@@ -429,7 +429,7 @@ fn existing(module: &Module, ctx: &Ctx, body: Value) -> Result<Object, ApiError>
     let key = read_key(module.kind, &mut input);
     input.finish()?;
     let key = key.unwrap_or_default();
-    store::load(ctx.db, module.kind, &ctx.caller.tenant, &key)?.ok_or_else(|| not_found(module.kind, &key))
+    ctx.objects().load(module.kind, &key)?.ok_or_else(|| not_found(module.kind, &key))
 }
 
 fn get(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
@@ -456,18 +456,18 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     input.extend(check_rules(module, ctx, &object)?);
     input.finish()?;
 
-    let tenant = &ctx.caller.tenant;
+    let objects = ctx.objects();
     // The key belongs to the live object made with it; an archived holder gives it up.
     let mut archived_holder = None;
     if let Some(key) = &idempotency_key
-        && let Some(holder) = store::load_by_idempotency_key(ctx.db, module.kind, tenant, key)?
+        && let Some(holder) = objects.load_by_idempotency_key(module.kind, key)?
     {
         if !holder.archived {
             return Ok(holder.to_json(module.kind));
         }
         archived_holder = Some(holder.key);
     }
-    if chosen && store::load(ctx.db, module.kind, tenant, &object.key)?.is_some() {
+    if chosen && objects.load(module.kind, &object.key)?.is_some() {
         return Err(ApiError::new(
             Code::AlreadyExists,
             format!("{} {:?} already exists", module.kind.kind, object.key),
@@ -476,9 +476,9 @@ fn create(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     check_references(ctx, module, &object, None)?;
     check_plugin(module, ctx, &object, None)?;
     if let Some(holder) = archived_holder {
-        store::release_idempotency_key(ctx.db, module.kind, tenant, &holder)?;
+        objects.release_idempotency_key(module.kind, &holder)?;
     }
-    store::insert(ctx.db, module.kind, tenant, &object, idempotency_key.as_deref())?;
+    objects.insert(module.kind, &object, idempotency_key.as_deref())?;
     audit(ctx, module, "create", None, Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -487,9 +487,8 @@ fn update(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let id = read_key(module.kind, &mut input);
     let changes = read_fields(module, &mut input, false);
-    let tenant = &ctx.caller.tenant;
     let stored = match &id {
-        Some(id) => store::load(ctx.db, module.kind, tenant, id)?,
+        Some(id) => ctx.objects().load(module.kind, id)?,
         None => None,
     };
     if let Some(stored) = &stored {
@@ -524,7 +523,7 @@ fn update(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     object.updated_at = db::now();
     check_references(ctx, module, &object, Some(&changed))?;
     check_plugin(module, ctx, &object, Some(&stored))?;
-    store::write(ctx.db, module.kind, tenant, &object)?;
+    ctx.objects().write(module.kind, &object)?;
     audit(ctx, module, "update", Some(&stored), Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -535,9 +534,8 @@ fn set(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let owner = read_key(module.kind, &mut input);
     let fields = read_fields(module, &mut input, true);
-    let tenant = &ctx.caller.tenant;
     let stored = match &owner {
-        Some(owner) => store::load(ctx.db, module.kind, tenant, owner)?,
+        Some(owner) => ctx.objects().load(module.kind, owner)?,
         None => None,
     };
     let owner = owner.unwrap_or_default();
@@ -553,7 +551,7 @@ fn set(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
         return Ok(stored.to_json(module.kind));
     }
     check_references(ctx, module, &object, None)?;
-    store::write(ctx.db, module.kind, tenant, &object)?;
+    ctx.objects().write(module.kind, &object)?;
     audit(ctx, module, "set", stored.as_ref(), Some(&object))?;
     Ok(object.to_json(module.kind))
 }
@@ -563,7 +561,7 @@ fn set(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
 fn delete(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let object = existing(module, ctx, body)?;
     check_unreferenced(ctx, module, &object)?;
-    store::delete(ctx.db, module.kind, &ctx.caller.tenant, &object.key)?;
+    ctx.objects().delete(module.kind, &object.key)?;
     audit(ctx, module, "delete", Some(&object), None)?;
     Ok(object.to_json(module.kind))
 }
@@ -581,7 +579,7 @@ fn set_archived(module: &Module, ctx: &Ctx, body: Value, archived: bool) -> Resu
     if !archived {
         check_references(ctx, module, &object, None)?;
     }
-    store::write(ctx.db, module.kind, &ctx.caller.tenant, &object)?;
+    ctx.objects().write(module.kind, &object)?;
     audit(ctx, module, if archived { "archive" } else { "restore" }, Some(&stored), Some(&object))?;
     Ok(object.to_json(module.kind))
 }

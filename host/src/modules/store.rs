@@ -3,9 +3,15 @@
 //! its fields in snake_case (quoted, so that any field name is a column), maps as JSON
 //! text, counts and bools as integers. The module handlers, the planner's state and the
 //! preview's snapshot all read through here.
+//!
+//! The handlers reach objects through [`Objects`]: the database itself for an API
+//! call, or, inside an apply, the apply's [`Overlay`] over it, which keeps the calls'
+//! writes in memory and writes them when the apply records itself, many rows to a
+//! statement, so that an apply is not bound by round trips to the database (SPEC §12).
 
 use fleet_guest::kinds::{Descriptor, FieldType};
 use fleet_guest::state::{RowWriter, StateWriter};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -187,6 +193,10 @@ fn select(kind: &Descriptor) -> String {
 enum Statement {
     /// Every object of the tenant, ordered by key.
     All,
+    /// With idempotency keys, for an apply's overlay.
+    AllStored,
+    StoredByKey,
+    StoredByIdempotencyKey,
     ByKey,
     ByIdempotencyKey,
     IsLive,
@@ -264,6 +274,38 @@ fn read_row(kind: &Descriptor, row: &Row) -> Result<Object, db::Error> {
     })
 }
 
+/// The objects of the tenant with their idempotency keys: all of them (`AllStored`),
+/// or the one whose key (`StoredByKey`) or idempotency key (`StoredByIdempotencyKey`)
+/// is `value`.
+fn load_stored(
+    db: &Conn,
+    kind: &Descriptor,
+    tenant: &str,
+    which: Statement,
+    value: &str,
+) -> Result<Vec<Stored>, ApiError> {
+    let sql = statement(kind, which, || {
+        let archived = if kind.archives() { "archived" } else { "0" };
+        let idempotency = if kind.upserted() { "NULL" } else { "idempotency_key" };
+        let all = format!(
+            "SELECT {}, {archived}, created_at, updated_at, {idempotency} FROM {} WHERE tenant = ?1",
+            columns(kind).join(", "),
+            table(kind)
+        );
+        match which {
+            Statement::StoredByKey => format!("{all} AND {} = ?2", column(kind.identity_name())),
+            Statement::StoredByIdempotencyKey => format!("{all} AND idempotency_key = ?2"),
+            _ => all,
+        }
+    });
+    let column = kind.fields.len() + 4;
+    let read = |row: &Row| Ok(Stored { object: read_row(kind, row)?, idempotency_key: row.get(column)? });
+    Ok(match which {
+        Statement::AllStored => db.query(&sql, params![tenant], read)?,
+        _ => db.query(&sql, params![tenant, value], read)?,
+    })
+}
+
 /// Every object of the tenant, ordered by key.
 pub fn load_all(db: &Conn, kind: &Descriptor, tenant: &str) -> Result<Vec<Object>, ApiError> {
     let sql = select_all(kind);
@@ -275,13 +317,13 @@ fn select_all(kind: &Descriptor) -> Rc<str> {
 }
 
 /// The tenant's object of `kind` with this key.
-pub fn load(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
+fn load(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<Option<Object>, ApiError> {
     load_where(db, kind, tenant, Statement::ByKey, key)
 }
 
 /// Whether the tenant has a live (not archived) object of `kind` with this key: one
 /// indexed lookup that reads no fields.
-pub fn is_live(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<bool, ApiError> {
+fn is_live(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<bool, ApiError> {
     let sql = statement(kind, Statement::IsLive, || {
         let archived = if kind.archives() { "archived = 0" } else { "1 = 1" };
         format!(
@@ -294,7 +336,7 @@ pub fn is_live(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<
 }
 
 /// The tenant's object of `kind` made with this idempotency key.
-pub fn load_by_idempotency_key(
+fn load_by_idempotency_key(
     db: &Conn,
     kind: &Descriptor,
     tenant: &str,
@@ -324,7 +366,7 @@ fn load_where(
 
 /// The keys of the tenant's live objects of `kind` whose field `field` is `value`,
 /// sorted.
-pub fn live_keys_where(
+fn live_keys_where(
     db: &Conn,
     kind: &Descriptor,
     tenant: &str,
@@ -353,14 +395,14 @@ fn sql_value<'a>(ty: FieldType, value: &'a Value, map: Option<&'a str>) -> Param
 
 /// Writes the whole object over the one stored with its key (or as a new one); the
 /// stored object keeps its idempotency key and creation time.
-pub fn write(db: &Conn, kind: &Descriptor, tenant: &str, object: &Object) -> Result<(), ApiError> {
+fn write(db: &Conn, kind: &Descriptor, tenant: &str, object: &Object) -> Result<(), ApiError> {
     store(db, kind, tenant, object, None, true)
 }
 
 /// Writes a new object, made with `idempotency_key` if given; an object already stored
 /// with its key is an error of the database (the caller made sure there is none, or
 /// made the key itself).
-pub fn insert(
+fn insert(
     db: &Conn,
     kind: &Descriptor,
     tenant: &str,
@@ -378,17 +420,38 @@ fn store(
     idempotency_key: Option<&str>,
     replace: bool,
 ) -> Result<(), ApiError> {
-    let field_values: Vec<&Value> =
-        kind.fields.iter().map(|field| object.fields.get(field.name).unwrap_or(&Value::Null)).collect();
-    let maps: Vec<Option<String>> = kind
-        .fields
+    let maps = map_texts(kind, object);
+    let mut values = vec![Param::Text(tenant)];
+    row_values(kind, object, idempotency_key, &maps, &mut values);
+    let sql = match replace {
+        true => statement(kind, Statement::Upsert, || insert_statement(kind, 1, true)),
+        false => statement(kind, Statement::Insert, || insert_statement(kind, 1, false)),
+    };
+    db.execute(&sql, &values)?;
+    Ok(())
+}
+
+/// The JSON text of an object's map fields, by field position (none for the others).
+fn map_texts(kind: &Descriptor, object: &Object) -> Vec<Option<String>> {
+    kind.fields
         .iter()
-        .zip(&field_values)
-        .map(|(field, value)| (field.ty == FieldType::Map).then(|| value.to_string()))
-        .collect();
-    // In the order of `stored_columns`.
-    let mut values = vec![Param::Text(tenant), Param::Text(&object.key)];
-    for ((field, value), map) in kind.fields.iter().zip(&field_values).zip(&maps) {
+        .map(|field| {
+            (field.ty == FieldType::Map).then(|| object.fields.get(field.name).unwrap_or(&Value::Null).to_string())
+        })
+        .collect()
+}
+
+/// An object's values after the tenant, in the order of `stored_columns`.
+fn row_values<'a>(
+    kind: &Descriptor,
+    object: &'a Object,
+    idempotency_key: Option<&'a str>,
+    maps: &'a [Option<String>],
+    values: &mut Vec<Param<'a>>,
+) {
+    values.push(Param::Text(&object.key));
+    for (field, map) in kind.fields.iter().zip(maps) {
+        let value = object.fields.get(field.name).unwrap_or(&Value::Null);
         values.push(sql_value(field.ty, value, map.as_deref()));
     }
     if kind.archives() {
@@ -399,12 +462,6 @@ fn store(
     }
     values.push(Param::Text(&object.created_at));
     values.push(Param::Text(&object.updated_at));
-    let sql = match replace {
-        true => statement(kind, Statement::Upsert, || insert_statement(kind, true)),
-        false => statement(kind, Statement::Insert, || insert_statement(kind, false)),
-    };
-    db.execute(&sql, &values)?;
-    Ok(())
 }
 
 /// Every column a stored object writes, in the order of `store`'s values.
@@ -421,12 +478,13 @@ fn stored_columns(kind: &Descriptor) -> Vec<String> {
     names
 }
 
-/// The insert of an object; with `replace`, one that writes over the object stored with
-/// its key, which keeps its idempotency key and creation time.
-fn insert_statement(kind: &Descriptor, replace: bool) -> String {
+/// The insert of `rows` objects of the tenant `?1`; with `replace`, one that writes over
+/// the objects stored with their keys, which keep their idempotency keys and creation
+/// times.
+fn insert_statement(kind: &Descriptor, rows: usize, replace: bool) -> String {
     let names = stored_columns(kind);
-    let placeholders: Vec<String> = (1..=names.len()).map(|index| format!("?{index}")).collect();
-    let mut sql = format!("INSERT INTO {} ({}) VALUES ({})", table(kind), names.join(", "), placeholders.join(", "));
+    let values = db::value_rows(rows, 1, names.len() - 1);
+    let mut sql = format!("INSERT INTO {} ({}) VALUES {values}", table(kind), names.join(", "));
     if replace {
         let identity = column(kind.identity_name());
         let assignments: Vec<String> = names
@@ -439,7 +497,7 @@ fn insert_statement(kind: &Descriptor, replace: bool) -> String {
     sql
 }
 
-pub fn delete(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
+fn delete(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
     let sql = statement(kind, Statement::Delete, || {
         format!("DELETE FROM {} WHERE tenant = ?1 AND {} = ?2", table(kind), column(kind.identity_name()))
     });
@@ -448,11 +506,397 @@ pub fn delete(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(
 }
 
 /// Frees an idempotency key held by an archived object.
-pub fn release_idempotency_key(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
+fn release_idempotency_key(db: &Conn, kind: &Descriptor, tenant: &str, key: &str) -> Result<(), ApiError> {
     let sql = statement(kind, Statement::ReleaseIdempotencyKey, || {
         format!("UPDATE {} SET idempotency_key = NULL WHERE tenant = ?1 AND id = ?2", table(kind))
     });
     db.execute(&sql, params![tenant, key])?;
+    Ok(())
+}
+
+// ---- objects, through an apply's overlay or not ------------------------------------------
+
+/// The module objects of one tenant as a handler reaches them: straight in the
+/// database, or through an apply's [`Overlay`].
+#[derive(Clone, Copy)]
+pub struct Objects<'a> {
+    pub db: &'a Conn,
+    pub tenant: &'a str,
+    pub overlay: Option<&'a Overlay>,
+}
+
+impl Objects<'_> {
+    /// The object of `kind` with this key.
+    pub fn load(&self, kind: &'static Descriptor, key: &str) -> Result<Option<Object>, ApiError> {
+        match self.overlay {
+            Some(overlay) => Ok(overlay.stored(self, kind, key)?.map(|stored| stored.object)),
+            None => load(self.db, kind, self.tenant, key),
+        }
+    }
+
+    /// Whether a live (not archived) object of `kind` has this key.
+    pub fn is_live(&self, kind: &'static Descriptor, key: &str) -> Result<bool, ApiError> {
+        match self.overlay {
+            Some(overlay) => Ok(overlay.stored(self, kind, key)?.is_some_and(|stored| !stored.object.archived)),
+            None => is_live(self.db, kind, self.tenant, key),
+        }
+    }
+
+    /// The object of `kind` made with this idempotency key.
+    pub fn load_by_idempotency_key(
+        &self,
+        kind: &'static Descriptor,
+        idempotency_key: &str,
+    ) -> Result<Option<Object>, ApiError> {
+        match self.overlay {
+            Some(overlay) => overlay.by_idempotency_key(self, kind, idempotency_key),
+            None => load_by_idempotency_key(self.db, kind, self.tenant, idempotency_key),
+        }
+    }
+
+    /// The keys of the live objects of `kind` whose field `field` is `value`, sorted.
+    pub fn live_keys_where(
+        &self,
+        kind: &'static Descriptor,
+        field: &str,
+        value: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        match self.overlay {
+            Some(overlay) => overlay.live_keys_where(self, kind, field, value),
+            None => live_keys_where(self.db, kind, self.tenant, field, value),
+        }
+    }
+
+    /// Writes a new object, made with `idempotency_key` if given.
+    pub fn insert(
+        &self,
+        kind: &'static Descriptor,
+        object: &Object,
+        idempotency_key: Option<&str>,
+    ) -> Result<(), ApiError> {
+        match self.overlay {
+            Some(overlay) => {
+                let stored = Stored { object: object.clone(), idempotency_key: idempotency_key.map(str::to_owned) };
+                overlay.write(kind, Op::Insert, stored);
+                Ok(())
+            }
+            None => insert(self.db, kind, self.tenant, object, idempotency_key),
+        }
+    }
+
+    /// Writes the whole object over the one stored with its key; the stored object
+    /// keeps its idempotency key and creation time.
+    pub fn write(&self, kind: &'static Descriptor, object: &Object) -> Result<(), ApiError> {
+        match self.overlay {
+            Some(overlay) => {
+                let before = overlay.stored(self, kind, &object.key)?;
+                let mut stored = Stored { object: object.clone(), idempotency_key: None };
+                if let Some(before) = before {
+                    stored.idempotency_key = before.idempotency_key;
+                    stored.object.created_at = before.object.created_at;
+                }
+                overlay.write(kind, Op::Upsert, stored);
+                Ok(())
+            }
+            None => write(self.db, kind, self.tenant, object),
+        }
+    }
+
+    pub fn delete(&self, kind: &'static Descriptor, key: &str) -> Result<(), ApiError> {
+        match self.overlay {
+            Some(overlay) => {
+                overlay.remove(kind, key);
+                Ok(())
+            }
+            None => delete(self.db, kind, self.tenant, key),
+        }
+    }
+
+    /// Frees the idempotency key an archived object holds.
+    pub fn release_idempotency_key(&self, kind: &'static Descriptor, key: &str) -> Result<(), ApiError> {
+        match self.overlay {
+            Some(overlay) => {
+                if let Some(mut stored) = overlay.stored(self, kind, key)? {
+                    stored.idempotency_key = None;
+                    overlay.write(kind, Op::Release, stored);
+                }
+                Ok(())
+            }
+            None => release_idempotency_key(self.db, kind, self.tenant, key),
+        }
+    }
+}
+
+/// Lookups of a kind an overlay sends to the database before it reads the tenant's
+/// whole table of that kind once and answers the rest from memory: a small apply costs
+/// a few indexed lookups, a large one a few reads of whole tables.
+const LOOKUPS_BEFORE_LOADING: usize = 16;
+
+/// The most rows one statement of a flush writes, and the most parameters.
+const FLUSH_ROWS: usize = 500;
+const FLUSH_PARAMETERS: usize = 30_000;
+
+/// The writes of an apply's calls, in memory until [`Overlay::flush`] writes them in
+/// the apply's transaction, in the order they were made and as few statements as
+/// that order allows. Reads through it see them. It lives inside one transaction
+/// that holds the tenant's write lock, so nobody else changes what it has read.
+#[derive(Default)]
+pub struct Overlay(RefCell<OverlayState>);
+
+#[derive(Default)]
+struct OverlayState {
+    /// By kind name.
+    kinds: HashMap<&'static str, KindState>,
+    /// What to write, in order.
+    log: Vec<(&'static Descriptor, Op, Change)>,
+}
+
+#[derive(Default)]
+struct KindState {
+    /// Objects the apply wrote, by key; `None` once it deleted one.
+    written: HashMap<String, Option<Stored>>,
+    /// The keys of written objects by their idempotency keys.
+    written_by_idempotency_key: HashMap<String, String>,
+    /// The tenant's objects of the kind as the apply found them, once read whole.
+    loaded: Option<Table>,
+    /// Lookups sent to the database so far.
+    lookups: usize,
+}
+
+#[derive(Default)]
+struct Table {
+    objects: HashMap<String, Stored>,
+    by_idempotency_key: HashMap<String, String>,
+}
+
+/// An object and the idempotency key it holds.
+#[derive(Clone)]
+struct Stored {
+    object: Object,
+    idempotency_key: Option<String>,
+}
+
+/// What a write is, for the statement that makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Insert,
+    Upsert,
+    Delete,
+    Release,
+}
+
+enum Change {
+    Row(Stored),
+    Key(String),
+}
+
+impl KindState {
+    /// What the apply knows of the object with this key: `Some(answer)` when it wrote
+    /// it or read the whole table, `None` when only the database can tell.
+    fn known(&self, key: &str) -> Option<Option<Stored>> {
+        if let Some(written) = self.written.get(key) {
+            return Some(written.clone());
+        }
+        self.loaded.as_ref().map(|table| table.objects.get(key).cloned())
+    }
+
+    /// Counts a lookup of the database; says whether the table should be read whole
+    /// first instead.
+    fn should_load(&mut self) -> bool {
+        self.lookups += 1;
+        self.loaded.is_none() && self.lookups > LOOKUPS_BEFORE_LOADING
+    }
+}
+
+impl Overlay {
+    fn ensure_loaded(&self, objects: &Objects, kind: &'static Descriptor) -> Result<bool, ApiError> {
+        let load = self.0.borrow_mut().kinds.entry(kind.kind).or_default().should_load();
+        if load {
+            let rows = load_stored(objects.db, kind, objects.tenant, Statement::AllStored, "")?;
+            let mut table = Table::default();
+            for stored in rows {
+                if let Some(idempotency_key) = &stored.idempotency_key {
+                    table.by_idempotency_key.insert(idempotency_key.clone(), stored.object.key.clone());
+                }
+                table.objects.insert(stored.object.key.clone(), stored);
+            }
+            self.0.borrow_mut().kinds.entry(kind.kind).or_default().loaded = Some(table);
+        }
+        Ok(self.0.borrow().kinds.get(kind.kind).is_some_and(|state| state.loaded.is_some()))
+    }
+
+    fn stored(&self, objects: &Objects, kind: &'static Descriptor, key: &str) -> Result<Option<Stored>, ApiError> {
+        if let Some(known) = self.0.borrow().kinds.get(kind.kind).and_then(|state| state.known(key)) {
+            return Ok(known);
+        }
+        if self.ensure_loaded(objects, kind)? {
+            return Ok(self.0.borrow().kinds[kind.kind].known(key).flatten());
+        }
+        Ok(load_stored(objects.db, kind, objects.tenant, Statement::StoredByKey, key)?.pop())
+    }
+
+    fn by_idempotency_key(
+        &self,
+        objects: &Objects,
+        kind: &'static Descriptor,
+        idempotency_key: &str,
+    ) -> Result<Option<Object>, ApiError> {
+        let holder = |stored: &Option<Stored>| {
+            stored.as_ref().filter(|stored| stored.idempotency_key.as_deref() == Some(idempotency_key)).cloned()
+        };
+        // A written object that holds the key; else the one the database had, unless
+        // the apply has since written it (and so knows whether it still holds it).
+        let candidate = {
+            let state = self.0.borrow();
+            let written = state.kinds.get(kind.kind).and_then(|state| {
+                let key = state.written_by_idempotency_key.get(idempotency_key)?;
+                holder(state.written.get(key)?)
+            });
+            if let Some(written) = written {
+                return Ok(Some(written.object));
+            }
+            state.kinds.get(kind.kind).and_then(|state| {
+                let table = state.loaded.as_ref()?;
+                Some(table.by_idempotency_key.get(idempotency_key).cloned())
+            })
+        };
+        let key = match candidate {
+            Some(key) => key,
+            None if self.ensure_loaded(objects, kind)? => self.0.borrow().kinds[kind.kind]
+                .loaded
+                .as_ref()
+                .and_then(|table| table.by_idempotency_key.get(idempotency_key).cloned()),
+            None => {
+                let found =
+                    load_stored(objects.db, kind, objects.tenant, Statement::StoredByIdempotencyKey, idempotency_key)?;
+                found.into_iter().next().map(|stored| stored.object.key)
+            }
+        };
+        let Some(key) = key else { return Ok(None) };
+        Ok(holder(&self.stored(objects, kind, &key)?).map(|stored| stored.object))
+    }
+
+    fn live_keys_where(
+        &self,
+        objects: &Objects,
+        kind: &'static Descriptor,
+        field: &str,
+        value: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        let matches = |stored: &Stored| !stored.object.archived && stored.object.text(field) == value;
+        let mut keys: Vec<String> = if self.ensure_loaded(objects, kind)? {
+            let state = self.0.borrow();
+            let table = state.kinds[kind.kind].loaded.as_ref().map(|table| &table.objects);
+            table.into_iter().flatten().filter(|(_, stored)| matches(stored)).map(|(key, _)| key.clone()).collect()
+        } else {
+            live_keys_where(objects.db, kind, objects.tenant, field, value)?
+        };
+        // What the apply wrote decides for the objects it wrote.
+        let state = self.0.borrow();
+        if let Some(state) = state.kinds.get(kind.kind) {
+            keys.retain(|key| !state.written.contains_key(key));
+            keys.extend(
+                state
+                    .written
+                    .iter()
+                    .filter(|(_, stored)| stored.as_ref().is_some_and(matches))
+                    .map(|(key, _)| key.clone()),
+            );
+        }
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    fn write(&self, kind: &'static Descriptor, op: Op, stored: Stored) {
+        let mut state = self.0.borrow_mut();
+        let kind_state = state.kinds.entry(kind.kind).or_default();
+        if let Some(idempotency_key) = &stored.idempotency_key {
+            kind_state.written_by_idempotency_key.insert(idempotency_key.clone(), stored.object.key.clone());
+        }
+        kind_state.written.insert(stored.object.key.clone(), Some(stored.clone()));
+        state.log.push((kind, op, Change::Row(stored)));
+    }
+
+    fn remove(&self, kind: &'static Descriptor, key: &str) {
+        let mut state = self.0.borrow_mut();
+        state.kinds.entry(kind.kind).or_default().written.insert(key.to_owned(), None);
+        state.log.push((kind, Op::Delete, Change::Key(key.to_owned())));
+    }
+
+    /// Writes everything the apply's calls wrote, in their order, in the caller's
+    /// transaction: consecutive writes of one kind and one sort share a statement, up
+    /// to [`FLUSH_ROWS`] rows (an upsert run breaks where a key comes again, as one
+    /// statement cannot change a row twice).
+    pub fn flush(&self, db: &Conn, tenant: &str) -> Result<(), ApiError> {
+        let log = std::mem::take(&mut self.0.borrow_mut().log);
+        let mut start = 0;
+        while start < log.len() {
+            let (kind, op, _) = &log[start];
+            let row_limit = (FLUSH_PARAMETERS / (stored_columns(kind).len() + 1)).clamp(1, FLUSH_ROWS);
+            let mut keys = std::collections::HashSet::new();
+            let mut end = start;
+            while end < log.len() && end - start < row_limit {
+                let (next_kind, next_op, change) = &log[end];
+                if !std::ptr::eq(*next_kind, *kind) || next_op != op {
+                    break;
+                }
+                let key = match change {
+                    Change::Row(stored) => &stored.object.key,
+                    Change::Key(key) => key,
+                };
+                if !keys.insert(key.as_str()) {
+                    break;
+                }
+                end += 1;
+            }
+            flush_run(db, kind, *op, tenant, &log[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+/// One statement for a run of writes of one kind and one sort.
+fn flush_run(
+    db: &Conn,
+    kind: &Descriptor,
+    op: Op,
+    tenant: &str,
+    run: &[(&'static Descriptor, Op, Change)],
+) -> Result<(), ApiError> {
+    let rows = || {
+        run.iter().filter_map(|(_, _, change)| match change {
+            Change::Row(stored) => Some(stored),
+            Change::Key(_) => None,
+        })
+    };
+    let keys = || {
+        run.iter().map(|(_, _, change)| match change {
+            Change::Row(stored) => stored.object.key.as_str(),
+            Change::Key(key) => key.as_str(),
+        })
+    };
+    match op {
+        Op::Insert | Op::Upsert => {
+            let maps: Vec<Vec<Option<String>>> = rows().map(|stored| map_texts(kind, &stored.object)).collect();
+            let mut values = vec![Param::Text(tenant)];
+            for (stored, maps) in rows().zip(&maps) {
+                row_values(kind, &stored.object, stored.idempotency_key.as_deref(), maps, &mut values);
+            }
+            db.execute(&insert_statement(kind, run.len(), op == Op::Upsert), &values)?;
+        }
+        Op::Delete | Op::Release => {
+            let listed = (2..run.len() + 2).map(|n| format!("?{n}")).collect::<Vec<_>>().join(", ");
+            let condition = format!("tenant = ?1 AND {} IN ({listed})", column(kind.identity_name()));
+            let sql = match op {
+                Op::Delete => format!("DELETE FROM {} WHERE {condition}", table(kind)),
+                _ => format!("UPDATE {} SET idempotency_key = NULL WHERE {condition}", table(kind)),
+            };
+            let mut values = vec![Param::Text(tenant)];
+            values.extend(keys().map(Param::Text));
+            db.execute(&sql, &values)?;
+        }
+    }
     Ok(())
 }
 
@@ -530,6 +974,63 @@ mod tests {
             let snapshot = fleet_guest::state::decode(&fleet_guest::Catalog::built_in(), &state.finish()).unwrap();
             assert_eq!(snapshot.objects(kind.kind).len(), 1, "{}", kind.kind);
         }
+    }
+
+    /// An apply's overlay reads its own writes (before and after it reads a table
+    /// whole), hands an archived object's idempotency key to a new one, and its flush
+    /// leaves the database as the same calls made one by one would.
+    #[test]
+    fn an_overlay_reads_its_own_writes_and_flushes_them_in_order() {
+        use super::{Objects, Overlay};
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open_with(&dir.path().join("fleet.db"), crate::db::Options::default()).unwrap();
+        let db = pool.get().unwrap();
+        crate::calls::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
+        let site = &fleet_guest::kinds::SITE;
+        let object = |key: &str, region: &str| super::Object {
+            key: key.into(),
+            fields: serde_json::json!({"region": region, "description": "", "labels": {}}).as_object().unwrap().clone(),
+            archived: false,
+            created_at: "2026-11-30T00:00:00Z".into(),
+            updated_at: "2026-11-30T00:00:00Z".into(),
+        };
+        let direct = Objects { db: &db, tenant: "acme", overlay: None };
+        let ids: Vec<String> = (0..40).map(|_| super::super::new_id("site")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            direct.insert(site, &object(id, "r"), Some(&format!("key-{n}"))).unwrap();
+        }
+        let overlay = Overlay::default();
+        let through = Objects { db: &db, tenant: "acme", overlay: Some(&overlay) };
+        // More lookups than it sends to the database before reading the table whole.
+        for (n, id) in ids.iter().enumerate() {
+            assert!(through.is_live(site, id).unwrap(), "{n}");
+        }
+        let fresh = super::super::new_id("site");
+        through.insert(site, &object(&fresh, "new"), Some("fresh")).unwrap();
+        through.write(site, &object(&ids[0], "moved")).unwrap();
+        through.delete(site, &ids[1]).unwrap();
+        through.release_idempotency_key(site, &ids[2]).unwrap();
+        assert_eq!(through.load(site, &fresh).unwrap().unwrap().text("region"), "new");
+        assert_eq!(through.load(site, &ids[0]).unwrap().unwrap().text("region"), "moved");
+        assert_eq!(through.load(site, &ids[1]).unwrap(), None);
+        assert_eq!(through.load_by_idempotency_key(site, "key-0").unwrap().unwrap().key, ids[0], "kept its key");
+        assert_eq!(through.load_by_idempotency_key(site, "key-1").unwrap(), None, "deleted");
+        assert_eq!(through.load_by_idempotency_key(site, "key-2").unwrap(), None, "released");
+        assert_eq!(through.load_by_idempotency_key(site, "fresh").unwrap().unwrap().key, fresh);
+        assert_eq!(through.live_keys_where(site, "region", "moved").unwrap(), [ids[0].clone()]);
+        assert_eq!(direct.load(site, &fresh).unwrap(), None, "nothing is written before the flush");
+        // The released key goes to a new object in the same apply.
+        let heir = super::super::new_id("site");
+        through.insert(site, &object(&heir, "r"), Some("key-2")).unwrap();
+
+        overlay.flush(&db, "acme").unwrap();
+        assert_eq!(direct.load(site, &fresh).unwrap().unwrap().text("region"), "new");
+        assert_eq!(direct.load(site, &ids[0]).unwrap().unwrap().text("region"), "moved");
+        assert_eq!(direct.load(site, &ids[1]).unwrap(), None);
+        assert_eq!(direct.load_by_idempotency_key(site, "key-0").unwrap().unwrap().key, ids[0]);
+        assert_eq!(direct.load_by_idempotency_key(site, "key-2").unwrap().unwrap().key, heir);
+        assert_eq!(direct.load_by_idempotency_key(site, "fresh").unwrap().unwrap().key, fresh);
+        assert_eq!(super::load_all(&db, site, "acme").unwrap().len(), 41);
     }
 
     #[test]

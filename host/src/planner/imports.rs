@@ -73,7 +73,7 @@ impl Guest {
         }
         let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
         auth::authorize(&session.caller, method)?;
-        let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.audits) };
+        let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
         method.run_in(&ctx, input)
     }
 }

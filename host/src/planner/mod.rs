@@ -121,16 +121,16 @@ pub struct Session {
     pub methods: Option<Apply>,
 }
 
-/// The calls of an apply: the methods they may run, and their audit records, written
-/// when the apply records itself (with its plan hash).
+/// The calls of an apply: the methods they may run, and what they leave to be written
+/// when the apply records itself (audit records with its plan hash, module objects).
 pub struct Apply {
     pub registry: Arc<Registry>,
-    pub audits: crate::audit::Pending,
+    pub deferred: crate::calls::registry::Deferred,
 }
 
 impl Apply {
     pub fn new(registry: Arc<Registry>) -> Apply {
-        Apply { registry, audits: crate::audit::Pending::default() }
+        Apply { registry, deferred: Default::default() }
     }
 }
 

@@ -111,8 +111,7 @@ fn the_guest_sees_only_the_callers_tenant() {
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
     };
-    let audits = crate::audit::Pending::default();
-    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Apply(&audits) };
+    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Api };
     let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
     create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
 
