@@ -54,11 +54,16 @@ struct Args {
     #[arg(long)]
     db: Option<String>,
     /// An empty PostgreSQL database for the replica figures (issue 26): the large apply
-    /// there, directly and through a proxy that adds 1 ms of round trip, and another
-    /// tenant's creates during a large apply. With the default SQLite `--db`, their
-    /// ratio to its apply is the figure `pg_apply_over_sqlite`.
+    /// there, directly and through a proxy that adds 1 ms of round trip, another
+    /// tenant's creates during a large apply, small applies of 24 tenants through one
+    /// and three replicas, and the drift checks of many tenants shared by three
+    /// replicas. With the default SQLite `--db`, the ratio of the PostgreSQL apply to
+    /// its apply is the figure `pg_apply_over_sqlite`.
     #[arg(long)]
     postgres: Option<String>,
+    /// Tenants of the drift run on PostgreSQL (each with a small applied document).
+    #[arg(long, default_value_t = 10_000)]
+    drift_tenants: usize,
     /// Repeat one figure for `--seconds` and stop, for a profiler to watch
     /// (`perf record -g -- bench --profile wasm-plan`).
     #[arg(long, value_enum)]
@@ -334,7 +339,7 @@ async fn run(args: Args) -> Result<()> {
         Some(Figure::Apply) => {
             println!("apply_ms {:.1}", ms(apply));
             if let Some(url) = &args.postgres {
-                println!("{}", replicas::figures(url, &document).await?);
+                println!("{}", replicas::figures(url, &document, &args).await?);
             }
             return Ok(());
         }
@@ -544,7 +549,7 @@ async fn run(args: Args) -> Result<()> {
     let _ = stop.send(());
     server.await??;
     let on_postgres = match &args.postgres {
-        Some(url) => Some(replicas::figures(url, &document).await?),
+        Some(url) => Some(replicas::figures(url, &document, &args).await?),
         None => None,
     };
     let mut report = json!({
@@ -645,11 +650,25 @@ mod replicas {
     /// A server of its own on the database at `url`: its base URL, a stop for it, and
     /// a token of every permission for each of `tenants` (made here).
     async fn server(url: String, tenants: &[&str]) -> Result<(String, tokio::sync::oneshot::Sender<()>, Vec<String>)> {
+        server_with(url, tenants, Duration::from_secs(15 * 60)).await
+    }
+
+    async fn server_with(
+        url: String,
+        tenants: &[&str],
+        drift_interval: Duration,
+    ) -> Result<(String, tokio::sync::oneshot::Sender<()>, Vec<String>)> {
         let mut config = Config::new(url.into());
+        config.drift_interval = drift_interval;
         config.budget.cpu = Duration::from_secs(60);
         config.budget.memory_bytes = 1 << 30;
         config.body_limit = 64 << 20;
-        let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
+        let mut app = tokio::task::spawn_blocking(move || App::new(config)).await??;
+        // Replicas in one process would share one name (`host:pid`): each its own.
+        static REPLICAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if let Some(app) = std::sync::Arc::get_mut(&mut app) {
+            app.replica = format!("bench-{}", REPLICAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
         let tenants: Vec<String> = tenants.iter().map(|tenant| (*tenant).to_owned()).collect();
         let tokens = {
             let app = app.clone();
@@ -724,8 +743,125 @@ mod replicas {
         }
     }
 
-    /// `pg_apply_ms`, `pg_apply_latency1ms_ms` and `bystander_create_p99_ms`.
-    pub async fn figures(url: &str, document: &Value) -> Result<Value> {
+    /// Applies of small documents by `tenants.len()` tenants at once for `seconds`,
+    /// each tenant through the replica `bases[n % replicas]`: applies per second.
+    async fn tenants_apply_rps(bases: &[String], tokens: &[String], seconds: u64) -> Result<f64> {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut workers = Vec::new();
+        for (index, token) in tokens.iter().enumerate() {
+            let (http, base, token) = (http.clone(), bases[index % bases.len()].clone(), token.clone());
+            workers.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let gpus = done % 7;
+                    let document = json!({"sites": {"eu": {"region": "eu-west-1"}},
+                        "providerAccounts": {"aws": {"provider": "aws"}},
+                        "pools": {"p": {"site": "eu", "account": "aws", "class": "gpu", "owner": "o", "gpus": gpus}}});
+                    post(&http, &base, &token, "fleet/apply", json!({"document": document}).to_string()).await?;
+                    done += 1;
+                }
+                Ok::<u64, anyhow::Error>(done)
+            }));
+        }
+        let started = Instant::now();
+        let mut total = 0;
+        for worker in workers {
+            total += worker.await??;
+        }
+        Ok(total as f64 / started.elapsed().as_secs_f64())
+    }
+
+    /// A row of the drift schedule: tenant, due time, last holder.
+    type Scheduled = (String, i64, Option<String>);
+
+    /// `tenants` tenants with a small applied document each, all due at once, checked by
+    /// three replicas every `interval`: the checks each replica ran in the third
+    /// interval (`fleet_drift_checks_total`), and how many tenants were overdue at the
+    /// end (more than the replicas could check in time).
+    async fn drift_run(url: &str, tenants: usize, interval: Duration) -> Result<Value> {
+        let http = reqwest::Client::new();
+        let names: Vec<String> = (0..tenants).map(|index| format!("drift-{index}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        // Made and applied with no reconciler due before the run starts.
+        let (base, stop, tokens) = server_with(url.to_owned(), &refs, Duration::from_secs(24 * 3600)).await?;
+        let document = json!({"document": {"sites": {"eu": {"region": "eu-west-1"}}}}).to_string();
+        let started = Instant::now();
+        for batch in tokens.chunks(16) {
+            let applies: Vec<_> = batch
+                .iter()
+                .map(|token| {
+                    let (http, base, token, document) = (http.clone(), base.clone(), token.clone(), document.clone());
+                    tokio::spawn(async move { post(&http, &base, &token, "fleet/apply", document).await })
+                })
+                .collect();
+            for applied in applies {
+                applied.await??;
+            }
+        }
+        let setup = started.elapsed();
+        eprintln!("drift run: {tenants} tenants applied in {:.1} s", setup.as_secs_f64());
+        let _ = stop.send(());
+        // Every tenant due now, then three replicas with the interval. (The PostgreSQL
+        // client blocks: off the runtime's own work.)
+        let url_owned = url.to_owned();
+        let pool = tokio::task::spawn_blocking(move || fleet::db::open(std::path::Path::new(&url_owned))).await??;
+        let sql = |work: &dyn Fn(&fleet::db::Conn) -> Result<Vec<Scheduled>>| {
+            tokio::task::block_in_place(|| work(&pool.get()?))
+        };
+        let now = fleet::fleet::drift::now_ms();
+        sql(&|db| {
+            db.execute("UPDATE drift_schedule SET due_at = ?1, claimed_until = NULL", &[fleet::db::Param::Int(now)])?;
+            Ok(Vec::new())
+        })?;
+        let mut replicas = Vec::new();
+        for _ in 0..3 {
+            replicas.push(server_with(url.to_owned(), &[], interval).await?);
+        }
+        // Each replica's count of checks (`fleet_drift_checks_total`) over the third
+        // interval, when the first round is done.
+        let checks = |base: String| {
+            let http = http.clone();
+            async move {
+                let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
+                let line = text.lines().find_map(|line| line.strip_prefix("fleet_drift_checks_total "));
+                Ok::<u64, anyhow::Error>(line.and_then(|count| count.trim().parse().ok()).unwrap_or(0))
+            }
+        };
+        tokio::time::sleep(interval * 2).await;
+        let mut before = Vec::new();
+        for (base, _, _) in &replicas {
+            before.push(checks(base.clone()).await?);
+        }
+        tokio::time::sleep(interval).await;
+        let mut per_replica = Vec::new();
+        for ((base, _, _), before) in replicas.iter().zip(before) {
+            per_replica.push(checks(base.clone()).await? - before);
+        }
+        let overdue: Vec<Scheduled> = sql(&|db| {
+            let now = fleet::fleet::drift::now_ms();
+            Ok(db.query(
+                "SELECT tenant, due_at, holder FROM drift_schedule WHERE due_at < ?1",
+                &[fleet::db::Param::Int(now)],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )?)
+        })?;
+        for (_, stop, _) in replicas {
+            let _ = stop.send(());
+        }
+        Ok(json!({
+            "tenants": tenants,
+            "interval_s": interval.as_secs(),
+            "setup_s": setup.as_secs_f64(),
+            "checks_per_replica_in_an_interval": per_replica,
+            "checks_in_an_interval": per_replica.iter().sum::<u64>(),
+            "overdue_at_the_end": overdue.len(),
+        }))
+    }
+
+    /// `pg_apply_ms`, `pg_apply_latency1ms_ms`, `bystander_create_p99_ms`,
+    /// `tenants_apply_rps` (1 and 3 replicas) and `drift_run`.
+    pub async fn figures(url: &str, document: &Value, args: &super::Args) -> Result<Value> {
         let http = reqwest::Client::new();
         let body = json!({"document": document}).to_string();
         let (base, stop, tokens) = server(url.to_owned(), &["pg-big", "pg-later", "pg-small"]).await?;
@@ -733,6 +869,7 @@ mod replicas {
         let started = Instant::now();
         post(&http, &base, &tokens[0], "fleet/apply", body.clone()).await?;
         let pg_apply = started.elapsed();
+        eprintln!("pg_apply_ms {:.0}", pg_apply.as_secs_f64() * 1e3);
 
         // Another tenant's creates, one after another, while `pg-later` applies the
         // large document.
@@ -750,6 +887,7 @@ mod replicas {
         applying.await??;
         latencies.sort();
         let p99 = latencies.get(latencies.len() * 99 / 100).copied().unwrap_or_default();
+        eprintln!("bystander_create_p99_ms {:.1} over {} creates", p99.as_secs_f64() * 1e3, latencies.len());
         let _ = stop.send(());
 
         // The same apply with 1 ms more on every round trip to the database.
@@ -768,7 +906,26 @@ mod replicas {
         let started = Instant::now();
         post(&http, &base, &tokens[0], "fleet/apply", body).await?;
         let far_apply = started.elapsed();
+        eprintln!("pg_apply_latency1ms_ms {:.0}", far_apply.as_secs_f64() * 1e3);
         let _ = stop.send(());
+
+        // 24 tenants' small applies through one replica, then through three.
+        let mut rps = Vec::new();
+        for replicas in [1usize, 3] {
+            let names: Vec<String> = (0..24).map(|index| format!("rps{replicas}-{index}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut servers = vec![server(url.to_owned(), &refs).await?];
+            for _ in 1..replicas {
+                servers.push(server(url.to_owned(), &[]).await?);
+            }
+            let bases: Vec<String> = servers.iter().map(|(base, _, _)| base.clone()).collect();
+            rps.push(tenants_apply_rps(&bases, &servers[0].2, args.seconds.max(5)).await?);
+            eprintln!("tenants_apply_rps with {replicas} replica(s): {:.0}", rps[rps.len() - 1]);
+            for (_, stop, _) in servers {
+                let _ = stop.send(());
+            }
+        }
+        let drift = drift_run(url, args.drift_tenants, Duration::from_secs(10)).await?;
 
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
         Ok(json!({
@@ -776,6 +933,8 @@ mod replicas {
             "pg_apply_latency1ms_ms": ms(far_apply),
             "bystander_create_p99_ms": ms(p99),
             "bystander_creates": latencies.len(),
+            "tenants_apply_rps": {"replicas_1": rps[0], "replicas_3": rps[1]},
+            "drift_run": drift,
         }))
     }
 }

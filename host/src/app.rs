@@ -46,6 +46,8 @@ pub struct Config {
     pub preview_dir: PathBuf,
     /// The most bytes of encoded tenant states kept between requests (docs/decisions/0010).
     pub state_cache_bytes: usize,
+    /// The certificate chain and private key (PEM files) to serve HTTPS with, if any.
+    pub tls: Option<(PathBuf, PathBuf)>,
     /// Module plugin files (SPEC §10), loaded at start.
     pub plugins: Vec<PathBuf>,
     /// What one run of a plugin's check may use.
@@ -67,6 +69,7 @@ impl Config {
             cache_dir: None,
             preview_dir: crate::http::preview::default_dir(),
             state_cache_bytes: 256 << 20,
+            tls: None,
             plugins: Vec::new(),
             plugin_budget: crate::plugins::default_budget(),
         }
@@ -98,13 +101,19 @@ pub struct App {
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
     pub metrics: Metrics,
-    /// This server among the replicas on its database, as leases name their holder:
-    /// `<host>:<pid>`.
+    /// This server among the replicas on its database, as drift claims name their
+    /// holder: `<host>:<pid>`.
     pub replica: String,
+    /// Accepts HTTPS connections, when the server serves HTTPS.
+    pub tls: Option<crate::http::tls::TlsAcceptor>,
 }
 
 impl App {
     pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
+        let tls = match &config.tls {
+            Some((certificate, key)) => Some(crate::http::tls::acceptor(certificate, key)?),
+            None => None,
+        };
         let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
         let db = db::open_with(&config.db_path, options)?;
         let metrics = Metrics::new();
@@ -148,7 +157,20 @@ impl App {
         let registry = Arc::new(registry);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
         let replica = format!("{}:{}", host.trim(), std::process::id());
-        Ok(Arc::new(App { config, db, modules, state, tokens, registry, sandbox, plugins, events, metrics, replica }))
+        Ok(Arc::new(App {
+            config,
+            db,
+            modules,
+            state,
+            tokens,
+            registry,
+            sandbox,
+            plugins,
+            events,
+            metrics,
+            replica,
+            tls,
+        }))
     }
 
     /// Whether this deployment runs the module of the kind named `kind`.

@@ -18,6 +18,8 @@ pub struct Metrics {
     sandbox_exhausted: IntCounterVec,
     pub sandbox_traps: IntCounter,
     pub apply_calls: IntCounter,
+    /// Drift checks this server ran (of the tenants it claimed).
+    pub drift_checks: IntCounter,
     drift_tenants: IntGaugeVec,
     events_published: IntCounterVec,
     cache_hits: IntCounterVec,
@@ -87,6 +89,7 @@ impl Metrics {
             ),
             sandbox_traps: counter("fleet_sandbox_traps_total", "Sandboxed calls that trapped (not for a budget)"),
             apply_calls: counter("fleet_apply_calls_total", "Module calls run by fleet applies"),
+            drift_checks: counter("fleet_drift_checks_total", "Drift checks of claimed tenants this server ran"),
             drift_tenants,
             events_published: counters("fleet_events_published_total", "Events published, by type", &["type"]),
             registry,

@@ -17,6 +17,8 @@ const USER: &str = "fleet";
 
 pub struct Cluster {
     port: u16,
+    /// The CA that signed the server's certificate: it serves TLS too (`tls.rs`).
+    ca: PathBuf,
     /// The shell that owns the server; it outlives this process by the moments it
     /// takes to stop the server.
     _guard: std::sync::Mutex<Child>,
@@ -33,6 +35,11 @@ pub fn new_database() -> String {
     let name = format!("fleet_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
     cluster.client("postgres").batch_execute(&format!("CREATE DATABASE {name}")).expect("a database");
     cluster.url(&name)
+}
+
+/// The CA file a client verifies the suite's cluster against (`sslrootcert`).
+pub fn ca() -> PathBuf {
+    CLUSTER.get_or_init(start).ca.clone()
 }
 
 /// A client of the database a `--db` URL names.
@@ -104,12 +111,23 @@ fn start() -> Cluster {
     let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
     assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
 
+    // A certificate for 127.0.0.1 and localhost, signed by a CA of the suite's own; the
+    // server's key must be its own and private, or PostgreSQL refuses to start.
+    let pki = crate::tls::pki(&dir);
+    if let Some((uid, gid)) = unprivileged() {
+        for owned in [&pki.certificate, &pki.key] {
+            std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the certificate");
+        }
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&pki.key, std::fs::Permissions::from_mode(0o600)).expect("the key is private");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // The shell starts the server, waits for its stdin to close (this process ended),
     // stops the server fast and removes the cluster.
     let script = r#"
         "$0/postgres" -D "$1/data" -p "$2" -k "$1" -c listen_addresses=127.0.0.1 -c max_connections=500 \
-            -c fsync=off -c synchronous_commit=off -c full_page_writes=off >"$1/server.log" 2>&1 &
+            -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+            -c ssl=on -c ssl_cert_file="$1/server.pem" -c ssl_key_file="$1/server.key" >"$1/server.log" 2>&1 &
         server=$!
         cat >/dev/null
         kill -INT "$server"
@@ -120,8 +138,12 @@ fn start() -> Cluster {
     guard.args(["-c", script]).arg(&bin).arg(&dir).arg(port.to_string()).stdin(Stdio::piped());
     let mut child = as_unprivileged(&mut guard).spawn().expect("the cluster starts");
     let lifeline = child.stdin.take().expect("a pipe");
-    let cluster =
-        Cluster { port, _guard: std::sync::Mutex::new(child), _lifeline: std::sync::Mutex::new(lifeline) };
+    let cluster = Cluster {
+        port,
+        ca: pki.ca,
+        _guard: std::sync::Mutex::new(child),
+        _lifeline: std::sync::Mutex::new(lifeline),
+    };
     let started = Instant::now();
     while postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).is_err() {
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
@@ -129,4 +151,77 @@ fn start() -> Cluster {
         std::thread::sleep(Duration::from_millis(50));
     }
     cluster
+}
+
+/// A cluster of one test's own, which it can stop and start again (a database that
+/// goes away and comes back): `pg_ctl` on a data directory of its own. Dropped, it
+/// stops and is removed.
+pub struct Restartable {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Restartable {
+    pub fn new() -> Restartable {
+        let Some(bin) = binaries() else { missing() };
+        let dir = tempfile::Builder::new().prefix("fleet-pg-own-").tempdir().expect("a temp dir").keep();
+        let data = dir.join("data");
+        std::fs::create_dir(&data).expect("the data directory");
+        if let Some((uid, gid)) = unprivileged() {
+            for owned in [&dir, &data] {
+                std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the cluster's directory");
+            }
+        }
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
+        assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cluster = Restartable { bin, dir, port };
+        cluster.start();
+        cluster.client("postgres").batch_execute("CREATE DATABASE fleet").expect("a database");
+        cluster
+    }
+
+    /// The URL of its database `fleet`.
+    pub fn url(&self) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/fleet", self.port)
+    }
+
+    fn client(&self, database: &str) -> postgres::Client {
+        connect(&format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port))
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let mut command = Command::new(self.bin.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(args);
+        let output = as_unprivileged(&mut command).stdout(Stdio::null()).output().expect("pg_ctl runs");
+        assert!(output.status.success(), "pg_ctl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    /// Starts the server and waits until it answers.
+    pub fn start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        self.pg_ctl(&["-w", "-l", &log, "-o", &options, "start"]);
+    }
+
+    /// Stops the server at once: connections are cut, transactions in flight abort.
+    pub fn stop(&self) {
+        self.pg_ctl(&["-w", "-m", "immediate", "stop"]);
+    }
+}
+
+impl Drop for Restartable {
+    fn drop(&mut self) {
+        let mut command = Command::new(self.bin.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(["-w", "-m", "immediate", "stop"]);
+        let _ = as_unprivileged(&mut command).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

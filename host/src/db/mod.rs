@@ -7,6 +7,7 @@
 mod migrations;
 mod postgres;
 mod sqlite;
+pub mod tls;
 mod value;
 
 use std::path::Path;

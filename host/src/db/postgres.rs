@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use postgres::error::SqlState;
-use postgres::{Client, NoTls, Statement};
+use postgres::{Client, Statement};
 
+use super::tls::Connector;
 use super::{Error, Options, Param, Pool, Tx, migrations};
 
 /// The class of the tenants' write locks: the first key of the two-key advisory lock a
@@ -139,6 +140,7 @@ fn placeholders(sql: &str) -> String {
 /// read-only server, refuses every write itself.
 pub struct Manager {
     config: postgres::Config,
+    tls: Connector,
     options: Options,
 }
 
@@ -147,7 +149,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Connection, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect(self.tls.clone())?;
         let mut settings = format!("SET lock_timeout = {}", self.options.busy_timeout.as_millis().max(1));
         if self.options.read_only {
             settings.push_str("; SET default_transaction_read_only = on");
@@ -171,8 +173,9 @@ impl r2d2::ManageConnection for Manager {
 #[derive(Clone)]
 pub struct Connections {
     pool: Option<r2d2::Pool<Manager>>,
-    /// Where the pool connects, for the connection that listens.
+    /// Where the pool connects, and how, for the connection that listens.
     config: Box<postgres::Config>,
+    tls: Connector,
 }
 
 impl Connections {
@@ -186,7 +189,7 @@ impl Connections {
 
     /// The connection that will hear other replicas' events.
     pub fn listener(&self) -> Listener {
-        Listener { config: (*self.config).clone() }
+        Listener { config: (*self.config).clone(), tls: self.tls.clone() }
     }
 }
 
@@ -200,9 +203,10 @@ impl Drop for Connections {
 }
 
 pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
-    let config: postgres::Config = url.parse().with_context(|| "the --db URL is not a PostgreSQL connection URL")?;
-    let mut first =
-        config.connect(NoTls).with_context(|| format!("cannot connect to the PostgreSQL database {}", shown(url)))?;
+    let (config, tls) = super::tls::parse(url)?;
+    let mut first = config
+        .connect(tls.clone())
+        .with_context(|| format!("cannot connect to the PostgreSQL database {}", shown(url)))?;
     let pending = migrate(&mut first, options.read_only)?;
     anyhow::ensure!(
         pending == 0,
@@ -211,7 +215,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         shown(url)
     );
     drop(first);
-    let manager = Manager { config: config.clone(), options };
+    let manager = Manager { config: config.clone(), tls: tls.clone(), options };
     // Not tested on every checkout (a round trip per request): a connection the server
     // closed fails its statement with a retryable `UNAVAILABLE`, and the pool drops it.
     let pool = r2d2::Pool::builder()
@@ -220,7 +224,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         .test_on_check_out(false)
         .connection_timeout(options.busy_timeout)
         .build(manager)?;
-    Ok(Pool::Postgres(Connections { pool: Some(pool), config: Box::new(config) }))
+    Ok(Pool::Postgres(Connections { pool: Some(pool), config: Box::new(config), tls }))
 }
 
 /// The URL without its password, for messages.
@@ -277,6 +281,7 @@ fn migrate_locked(client: &mut Client, read_only: bool) -> anyhow::Result<usize>
 /// meanwhile is read by `seq` like anything else).
 pub struct Listener {
     config: postgres::Config,
+    tls: Connector,
 }
 
 impl Listener {
@@ -297,7 +302,7 @@ impl Listener {
     }
 
     fn listen(&self, wake: &impl Fn()) -> Result<(), postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect(self.tls.clone())?;
         client.batch_execute(&format!("LISTEN {NOTIFY_CHANNEL}"))?;
         let mut notifications = client.notifications();
         let mut iter = notifications.blocking_iter();

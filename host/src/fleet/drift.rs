@@ -124,16 +124,22 @@ pub fn check_due(app: &Arc<App>, now: i64, interval: i64) -> Result<usize, ApiEr
             return Ok(checked);
         }
         for (tenant, due_at) in claimed {
-            let outcome = applied(app, &tenant).and_then(|found| match found {
-                Some(applied) => check(app, &applied).map(Some),
-                None => Ok(None),
-            });
-            if let Err(error) = &outcome {
-                tracing::error!(%tenant, %error, "fleet.drift could not check a tenant");
-            }
             // Due again one interval after it was due, or after now if that is past.
             let next = due_at.saturating_add(interval).max(now.saturating_add(interval));
-            release(app, &tenant, next)?;
+            let outcome = applied(app, &tenant).and_then(|found| match found {
+                Some(applied) => check(app, &applied, Some(next)).map(Some),
+                None => Ok(None),
+            });
+            match outcome {
+                // The check released its claim in its own transaction.
+                Ok(Some(_)) => {}
+                Ok(None) => release(&app.db.get()?, &app.replica, &tenant, next)?,
+                Err(error) => {
+                    tracing::error!(%tenant, %error, "fleet.drift could not check a tenant");
+                    release(&app.db.get()?, &app.replica, &tenant, next)?;
+                }
+            }
+            app.metrics.drift_checks.inc();
             checked += 1;
         }
     }
@@ -162,11 +168,11 @@ fn claim(app: &App, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiEr
     Ok(claimed)
 }
 
-/// Ends this server's claim of a tenant's check, due again at `next`.
-fn release(app: &App, tenant: &str, next: i64) -> Result<(), ApiError> {
-    app.db.get()?.execute(
+/// Ends the claim `replica` holds of a tenant's check, due again at `next`.
+fn release(db: &db::Conn, replica: &str, tenant: &str, next: i64) -> Result<(), ApiError> {
+    db.execute(
         "UPDATE drift_schedule SET due_at = ?3, claimed_until = NULL WHERE tenant = ?1 AND holder = ?2",
-        params![tenant, &app.replica, next],
+        params![tenant, replica, next],
     )?;
     Ok(())
 }
@@ -190,7 +196,7 @@ pub fn check_all(app: &Arc<App>) -> Vec<(String, Outcome)> {
     };
     let mut outcomes = Vec::new();
     for applied in applied {
-        let outcome = check(app, &applied).unwrap_or_else(|error| {
+        let outcome = check(app, &applied, None).unwrap_or_else(|error| {
             tracing::error!(tenant = %applied.tenant, %error, "fleet.drift could not check a tenant");
             Outcome::Failed(error.to_string())
         });
@@ -218,7 +224,7 @@ fn list_applied(app: &App) -> Result<Vec<Applied>, ApiError> {
 /// Checks one tenant now, as an activation would (`fleet status --refresh`): records
 /// the answer and publishes an event if it changed. `None` if it never applied.
 pub fn check_tenant(app: &Arc<App>, tenant: &str) -> Result<Option<Outcome>, ApiError> {
-    applied(app, tenant)?.map(|applied| check(app, &applied)).transpose()
+    applied(app, tenant)?.map(|applied| check(app, &applied, None)).transpose()
 }
 
 fn applied(app: &App, tenant: &str) -> Result<Option<Applied>, ApiError> {
@@ -276,12 +282,17 @@ pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Va
     Ok(changes)
 }
 
-fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
+/// Checks one tenant and records the answer; a claimed check (`release_at`: when it is
+/// due next) ends its claim in the same transaction.
+fn check(app: &Arc<App>, applied: &Applied, release_at: Option<i64>) -> Result<Outcome, ApiError> {
     let plan = replan(app, applied)?;
     let found = drifted(&plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
 
     let db = app.db.get()?;
     let published = db::transaction(&db, Tx::Write(&applied.tenant), |db| {
+        if let Some(next) = release_at {
+            release(db, &app.replica, &applied.tenant, next)?;
+        }
         // An apply since the plan above is itself a check: leave its answer alone.
         let still_applied: Option<String> =
             db.query_opt("SELECT applied_at FROM fleet_applied WHERE tenant = ?1", params![&applied.tenant], |row| {

@@ -3,6 +3,7 @@
 
 pub mod connection;
 pub mod preview;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -62,8 +63,9 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
             }
         };
         let activity = Arc::new(Activity::default());
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), limits));
+        let io = TimedIo::new(stream, activity.clone(), limits);
         let app = app.clone();
+        let tls = app.tls.clone();
         let service = service_fn(move |request| {
             let in_flight = activity.begin();
             let app = app.clone();
@@ -72,11 +74,30 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
                 Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
             }
         });
-        let connection = http1::Builder::new().serve_connection(io, service);
-        let connection = graceful.watch(connection);
+        let Some(tls) = tls else {
+            let connection = graceful.watch(http1::Builder::new().serve_connection(TokioIo::new(io), service));
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                drop(slot);
+            });
+            continue;
+        };
+        // The handshake in the connection's own task, within the head timeout (the
+        // timed socket also cuts a client that sends nothing), so that a slow client
+        // never holds up accepting others.
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error");
+            match tokio::time::timeout(limits.head_timeout, tls.accept(io)).await {
+                Ok(Ok(stream)) => {
+                    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    if let Err(error) = watcher.watch(connection).await {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                }
+                Ok(Err(error)) => tracing::debug!(%error, "a TLS handshake failed"),
+                Err(_) => tracing::debug!("a TLS handshake took longer than the head timeout"),
             }
             drop(slot);
         });

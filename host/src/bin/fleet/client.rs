@@ -34,6 +34,8 @@ pub enum CliError {
 pub struct Client {
     server: Uri,
     token: Option<String>,
+    /// For an `https://` server: whom to trust.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Client {
@@ -44,14 +46,16 @@ impl Client {
 
     pub fn new(server: &str, token: Option<String>) -> Result<Client, CliError> {
         let server: Uri = server.parse().map_err(|error| CliError::Input(format!("--server {server:?}: {error}")))?;
-        match server.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(CliError::Input("https is not supported here: fleet serves plain HTTP on a trusted network or behind a TLS proxy; use http://".into()));
+        let tls = match server.scheme_str() {
+            Some("http") => None,
+            Some("https") => Some(tls_connector()?),
+            _ => {
+                return Err(CliError::Input(format!(
+                    "--server {server:?} must be http://HOST:PORT or https://HOST:PORT"
+                )));
             }
-            _ => return Err(CliError::Input(format!("--server {server:?} must be http://HOST:PORT"))),
-        }
-        Ok(Client { server, token })
+        };
+        Ok(Client { server, token, tls })
     }
 
     /// POSTs `body` to `/api/compute/<method>` and returns the JSON answer.
@@ -71,18 +75,35 @@ impl Client {
             .build()
             .map_err(|error| CliError::Transport(error.to_string()))?;
         let (status, bytes) = runtime.block_on(async {
-            let port = authority.port_u16().unwrap_or(80);
+            let port = authority.port_u16().unwrap_or(if self.tls.is_some() { 443 } else { 80 });
             let stream = tokio::net::TcpStream::connect((authority.host(), port))
                 .await
                 .map_err(|error| CliError::Transport(format!("cannot reach {}: {error}", self.server)))?;
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|error| CliError::Transport(error.to_string()))?;
-            tokio::spawn(connection);
-            let response =
-                sender.send_request(request).await.map_err(|error| CliError::Transport(error.to_string()))?;
+            let transport = |error: &dyn std::fmt::Display| CliError::Transport(error.to_string());
+            let mut sender = match &self.tls {
+                None => {
+                    let (sender, connection) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| transport(&e))?;
+                    tokio::spawn(connection);
+                    sender
+                }
+                Some(tls) => {
+                    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
+                    let name = rustls::pki_types::ServerName::try_from(host)
+                        .map_err(|error| CliError::Input(format!("--server {}: {error}", self.server)))?;
+                    let stream = tls
+                        .connect(name, stream)
+                        .await
+                        .map_err(|error| CliError::Transport(format!("TLS with {} failed: {error}", self.server)))?;
+                    let (sender, connection) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| transport(&e))?;
+                    tokio::spawn(connection);
+                    sender
+                }
+            };
+            let response = sender.send_request(request).await.map_err(|error| transport(&error))?;
             let status = response.status();
-            let bytes = response.into_body().collect().await.map_err(|error| CliError::Transport(error.to_string()))?;
+            let bytes = response.into_body().collect().await.map_err(|error| transport(&error))?;
             Ok::<_, CliError>((status, bytes.to_bytes()))
         })?;
         let value: Value = serde_json::from_slice(&bytes)
@@ -98,6 +119,41 @@ impl Client {
         }
         Err(CliError::Api { code, message, details: error["details"].clone() })
     }
+}
+
+/// Whom an `https://` server must prove it is: the CA certificates of the PEM file
+/// `FLEET_CA_CERT` names (a deployment's own CA), else the system's trusted roots.
+fn tls_connector() -> Result<tokio_rustls::TlsConnector, CliError> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    match std::env::var_os("FLEET_CA_CERT") {
+        Some(file) => {
+            let shown = std::path::PathBuf::from(&file).display().to_string();
+            let certificates = rustls::pki_types::CertificateDer::pem_file_iter(&file)
+                .map_err(|error| CliError::Input(format!("FLEET_CA_CERT {shown}: {error}")))?;
+            for certificate in certificates {
+                let certificate =
+                    certificate.map_err(|error| CliError::Input(format!("FLEET_CA_CERT {shown}: {error}")))?;
+                roots.add(certificate).map_err(|error| CliError::Input(format!("FLEET_CA_CERT {shown}: {error}")))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    if roots.is_empty() {
+        return Err(CliError::Input(
+            "no CA certificate to trust the server with: set FLEET_CA_CERT to a PEM file".into(),
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| CliError::Input(error.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)))
 }
 
 /// A string value from the server, safe to print on a terminal: control characters

@@ -177,6 +177,12 @@ struct Serve {
     /// The browser preview's assets, built by `npm run build` in preview/ (default: the workspace's target/preview).
     #[arg(long, env = "FLEET_PREVIEW_DIR")]
     preview_dir: Option<PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM), with --tls-key.
+    #[arg(long, value_name = "FILE.pem", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE.pem", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// A module plugin to load (a component of wit/module); repeat for more.
     #[arg(long = "plugin", value_name = "FILE.wasm")]
     plugins: Vec<PathBuf>,
@@ -481,6 +487,8 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         config.preview_dir = preview_dir;
     }
     config.plugins = serve.plugins;
+    config.tls = serve.tls_cert.zip(serve.tls_key);
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     config.plugin_budget.cpu = serve.plugin_cpu;
     config.plugin_budget.memory_bytes = (serve.plugin_memory_mib as usize) << 20;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -498,15 +506,15 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
             println!("demo tenant {:?}, principal {:?}; token with every permission:", demo::TENANT, demo::PRINCIPAL);
             println!("  export FLEET_TOKEN={token}");
             println!(
-                "  curl -s -X POST http://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
+                "  curl -s -X POST {scheme}://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
             if fleet::http::preview::is_built(&app.config.preview_dir) {
-                println!("  plan preview: http://{address}/preview#token={token}");
+                println!("  plan preview: {scheme}://{address}/preview#token={token}");
             } else {
-                println!("  plan preview: build it with `npm ci && npm run build` in preview/, then open http://{address}/preview");
+                println!("  plan preview: build it with `npm ci && npm run build` in preview/, then open {scheme}://{address}/preview");
             }
         }
-        println!("fleet listening on http://{address}");
+        println!("fleet listening on {scheme}://{address}");
         fleet::serve(app, listener, fleet::shutdown_signal()).await
     })
 }
