@@ -150,7 +150,7 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
             let events = match batch {
                 Ok(Ok(events)) => events,
                 Ok(Err(error)) => {
-                    tracing::info!(%error, "an event stream ended: its token no longer answers for it");
+                    tracing::info!(%error, "an event stream ended (its token no longer answers for it, or the database is away)");
                     return;
                 }
                 Err(_) => return,
