@@ -152,3 +152,78 @@ fn start() -> Cluster {
     }
     cluster
 }
+
+/// A cluster of one test's own, which it can stop and start again (a database that
+/// goes away and comes back): `pg_ctl` on a data directory of its own. Dropped, it
+/// stops and is removed.
+pub struct Restartable {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Restartable {
+    pub fn new() -> Restartable {
+        let Some(bin) = binaries() else { missing() };
+        let dir = tempfile::Builder::new().prefix("fleet-pg-own-").tempdir().expect("a temp dir").keep();
+        let data = dir.join("data");
+        std::fs::create_dir(&data).expect("the data directory");
+        if let Some((uid, gid)) = unprivileged() {
+            for owned in [&dir, &data] {
+                std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the cluster's directory");
+            }
+        }
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
+        assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cluster = Restartable { bin, dir, port };
+        cluster.start();
+        cluster.client("postgres").batch_execute("CREATE DATABASE fleet").expect("a database");
+        cluster
+    }
+
+    /// The URL of its database `fleet`.
+    pub fn url(&self) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/fleet", self.port)
+    }
+
+    fn client(&self, database: &str) -> postgres::Client {
+        connect(&format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port))
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let mut command = Command::new(self.bin.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(args);
+        let output = as_unprivileged(&mut command).stdout(Stdio::null()).output().expect("pg_ctl runs");
+        assert!(output.status.success(), "pg_ctl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    /// Starts the server and waits until it answers. Commits are synchronous: `stop`
+    /// is a crash, and an asynchronous commit still in PostgreSQL's WAL buffers would be
+    /// lost by it (the tenant and token a test made a moment before).
+    pub fn start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        self.pg_ctl(&["-w", "-l", &log, "-o", &options, "start"]);
+    }
+
+    /// Stops the server at once: connections are cut, transactions in flight abort.
+    pub fn stop(&self) {
+        self.pg_ctl(&["-w", "-m", "immediate", "stop"]);
+    }
+}
+
+impl Drop for Restartable {
+    fn drop(&mut self) {
+        let mut command = Command::new(self.bin.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(["-w", "-m", "immediate", "stop"]);
+        let _ = as_unprivileged(&mut command).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

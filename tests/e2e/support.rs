@@ -155,6 +155,11 @@ impl Server {
         Server { child, base, dir, db, http, banner }
     }
 
+    /// How the server exited, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("the server's status")
+    }
+
     /// The `host:port` the server listens on.
     pub fn address(&self) -> &str {
         self.base.trim_start_matches("http://")
