@@ -6,6 +6,7 @@
 //! event, so running it twice in a row, or after a crash, publishes nothing new. One
 //! tenant's failure is logged and reported, and never stops the others.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,26 +124,105 @@ pub fn check_due(app: &Arc<App>, now: i64, interval: i64) -> Result<usize, ApiEr
         if claimed.is_empty() {
             return Ok(checked);
         }
-        for (tenant, due_at) in claimed {
-            // Due again one interval after it was due, or after now if that is past.
-            let next = due_at.saturating_add(interval).max(now.saturating_add(interval));
-            let outcome = applied(app, &tenant).and_then(|found| match found {
-                Some(applied) => check(app, &applied, Some(next)).map(Some),
-                None => Ok(None),
-            });
-            match outcome {
-                // The check released its claim in its own transaction.
-                Ok(Some(_)) => {}
-                Ok(None) => release(&app.db.get()?, &app.replica, &tenant, next)?,
-                Err(error) => {
-                    tracing::error!(%tenant, %error, "fleet.drift could not check a tenant");
-                    release(&app.db.get()?, &app.replica, &tenant, next)?;
+        check_claimed(app, now, interval, &claimed)?;
+        app.metrics.drift_checks.inc_by(claimed.len() as u64);
+        checked += claimed.len();
+    }
+}
+
+/// Checks a batch of claimed tenants. Most checks find what the last one found, no
+/// drift, and so change nothing but the time they ran: those are recorded together,
+/// in one statement for the batch, and their claims end together in another. A check
+/// that finds drift, or ends a recorded one, or that an apply overtook, is recorded in
+/// a transaction of its own under the tenant's write lock, which publishes its event.
+fn check_claimed(app: &Arc<App>, now: i64, interval: i64, claimed: &[(String, i64)]) -> Result<(), ApiError> {
+    let tenants: Vec<&str> = claimed.iter().map(|(tenant, _)| tenant.as_str()).collect();
+    let mut applied = applied_of_each(app, &tenants)?;
+    let mut quiet = Vec::new();
+    // When each is due again: one interval after it was due, or after now if that is past.
+    let mut released: Vec<(&str, i64)> = Vec::new();
+    for (tenant, due_at) in claimed {
+        let next = due_at.saturating_add(interval).max(now.saturating_add(interval));
+        let Some(applied) = applied.remove(tenant) else {
+            released.push((tenant, next));
+            continue;
+        };
+        match replan(app, &applied) {
+            Ok(plan) if !drifted(&plan) => {
+                released.push((tenant, next));
+                quiet.push((applied, plan));
+            }
+            Ok(plan) => {
+                if let Err(error) = record(app, &applied, &plan, Some(next)) {
+                    tracing::error!(%tenant, %error, "fleet.drift could not record a check");
+                    released.push((tenant, next));
                 }
             }
-            app.metrics.drift_checks.inc();
-            checked += 1;
+            Err(error) => {
+                tracing::error!(%tenant, %error, "fleet.drift could not check a tenant");
+                released.push((tenant, next));
+            }
         }
     }
+    let db = app.db.get()?;
+    let recorded = record_quiet(&db, &quiet)?;
+    for (applied, plan) in quiet.iter().filter(|(applied, _)| !recorded.contains(&applied.tenant)) {
+        // Not quiet after all: it ends a recorded drift, or an apply came between.
+        if let Err(error) = record(app, applied, plan, None) {
+            tracing::error!(tenant = %applied.tenant, %error, "fleet.drift could not record a check");
+        }
+    }
+    release_each(&db, &app.replica, &released)
+}
+
+/// Records the time of the checks in `quiet` that found no drift where none was
+/// recorded, for the same applied document as they planned: one statement. Returns the
+/// tenants it recorded; the others need a check's whole record.
+fn record_quiet(db: &db::Conn, quiet: &[(Applied, Value)]) -> Result<Vec<String>, ApiError> {
+    if quiet.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = db::now();
+    let mut params = vec![db::Param::from(&now)];
+    let mut each = Vec::new();
+    for (applied, _) in quiet {
+        let at = params.len() + 1;
+        each.push(format!("(tenant = ?{at} AND applied_at = ?{})", at + 1));
+        params.push(db::Param::from(&applied.tenant));
+        params.push(db::Param::from(&applied.applied_at));
+    }
+    let sql = format!(
+        "UPDATE fleet_applied SET checked_at = ?1
+         WHERE ({}) AND NOT EXISTS (SELECT 1 FROM fleet_drift WHERE fleet_drift.tenant = fleet_applied.tenant)
+         RETURNING tenant",
+        each.join(" OR ")
+    );
+    Ok(db.query(&sql, &params, |row| row.get(0))?)
+}
+
+/// Ends the claims `replica` holds of these tenants' checks, each due again at its
+/// time: one statement.
+fn release_each(db: &db::Conn, replica: &str, released: &[(&str, i64)]) -> Result<(), ApiError> {
+    if released.is_empty() {
+        return Ok(());
+    }
+    let mut params = vec![db::Param::from(replica)];
+    let (mut cases, mut names) = (Vec::new(), Vec::new());
+    for (tenant, next) in released {
+        let at = params.len() + 1;
+        cases.push(format!("WHEN ?{at} THEN CAST(?{} AS BIGINT)", at + 1));
+        names.push(format!("?{at}"));
+        params.push(db::Param::from(*tenant));
+        params.push(db::Param::Int(*next));
+    }
+    let sql = format!(
+        "UPDATE drift_schedule SET due_at = CASE tenant {} END, claimed_until = NULL
+         WHERE holder = ?1 AND tenant IN ({})",
+        cases.join(" "),
+        names.join(", ")
+    );
+    db.execute(&sql, &params)?;
+    Ok(())
 }
 
 /// Claims up to [`CLAIM_BATCH`] tenants due at `now` whose checks nobody holds (or
@@ -196,7 +276,7 @@ pub fn check_all(app: &Arc<App>) -> Vec<(String, Outcome)> {
     };
     let mut outcomes = Vec::new();
     for applied in applied {
-        let outcome = check(app, &applied, None).unwrap_or_else(|error| {
+        let outcome = check(app, &applied).unwrap_or_else(|error| {
             tracing::error!(tenant = %applied.tenant, %error, "fleet.drift could not check a tenant");
             Outcome::Failed(error.to_string())
         });
@@ -224,11 +304,20 @@ fn list_applied(app: &App) -> Result<Vec<Applied>, ApiError> {
 /// Checks one tenant now, as an activation would (`fleet status --refresh`): records
 /// the answer and publishes an event if it changed. `None` if it never applied.
 pub fn check_tenant(app: &Arc<App>, tenant: &str) -> Result<Option<Outcome>, ApiError> {
-    applied(app, tenant)?.map(|applied| check(app, &applied, None)).transpose()
+    applied(app, tenant)?.map(|applied| check(app, &applied)).transpose()
 }
 
 fn applied(app: &App, tenant: &str) -> Result<Option<Applied>, ApiError> {
     Ok(app.db.get()?.query_opt(&format!("{APPLIED} WHERE tenant = ?1"), params![tenant], applied_of)?)
+}
+
+/// The applied documents of these tenants (those that have one), by tenant: one query.
+fn applied_of_each(app: &App, tenants: &[&str]) -> Result<HashMap<String, Applied>, ApiError> {
+    let names: Vec<String> = (1..=tenants.len()).map(|at| format!("?{at}")).collect();
+    let params: Vec<db::Param> = tenants.iter().map(|tenant| db::Param::from(*tenant)).collect();
+    let sql = format!("{APPLIED} WHERE tenant IN ({})", names.join(", "));
+    let applied = app.db.get()?.query(&sql, &params, applied_of)?;
+    Ok(applied.into_iter().map(|applied| (applied.tenant.clone(), applied)).collect())
 }
 
 /// The plan that would bring `tenant` back to its applied document, if it drifted, found
@@ -282,11 +371,17 @@ pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Va
     Ok(changes)
 }
 
-/// Checks one tenant and records the answer; a claimed check (`release_at`: when it is
-/// due next) ends its claim in the same transaction.
-fn check(app: &Arc<App>, applied: &Applied, release_at: Option<i64>) -> Result<Outcome, ApiError> {
+/// Checks one tenant and records the answer.
+fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
     let plan = replan(app, applied)?;
-    let found = drifted(&plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
+    record(app, applied, &plan, None)
+}
+
+/// Records what a check's `plan` found and publishes an event if the answer changed; a
+/// claimed check (`release_at`: when it is due next) ends its claim in the same
+/// transaction.
+fn record(app: &Arc<App>, applied: &Applied, plan: &Value, release_at: Option<i64>) -> Result<Outcome, ApiError> {
+    let found = drifted(plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
 
     let db = app.db.get()?;
     let published = db::transaction(&db, Tx::Write(&applied.tenant), |db| {
@@ -310,7 +405,7 @@ fn check(app: &Arc<App>, applied: &Applied, release_at: Option<i64>) -> Result<O
         let now = db::now();
         let data = match &found {
             Some(plan_hash) => {
-                let changes = drift_changes(db, &applied.tenant, &plan)?;
+                let changes = drift_changes(db, &applied.tenant, plan)?;
                 // Drifted since the first check that saw it, or the earliest change
                 // made outside fleet after the apply, whichever came first.
                 let since = match &recorded {
@@ -529,6 +624,46 @@ mod tests {
             assert!(due_at > due && due_at <= due + interval, "{tenant} is due once more, an interval on: {due_at}");
         }
         // Nothing is due now: another poll claims nothing.
+        assert_eq!(check_due(&fixture.app, due, interval).unwrap(), 0);
+    }
+
+    /// One claimed batch holds every kind of check: a quiet one (recorded with the
+    /// batch), one that finds drift, one that ends a recorded drift, and a tenant that
+    /// never applied. Each publishes what it should, and every claim ends.
+    #[test]
+    fn a_batch_of_checks_records_each_answer() {
+        let fixture = fixture(Duration::from_secs(900));
+        for tenant in ["quiet", "drifting", "recovering"] {
+            fixture.tenant_with_applied_document(tenant);
+        }
+        fixture.set_gpus("recovering", 1);
+        assert!(matches!(check_tenant(&fixture.app, "recovering").unwrap(), Some(Outcome::Drifted { .. })));
+        fixture.set_gpus("recovering", 8);
+        fixture.set_gpus("drifting", 2);
+        let db = fixture.app.db.get().unwrap();
+        crate::calls::auth::create_tenant(&db, "never-applied", "2026-11-30T00:00:00Z").unwrap();
+        db.execute("INSERT INTO drift_schedule (tenant, due_at) VALUES ('never-applied', 0)", &[]).unwrap();
+        let checked_at = |tenant: &str| -> Option<String> {
+            db.query_one("SELECT checked_at FROM fleet_applied WHERE tenant = ?1", params![tenant], |row| row.get(0))
+                .unwrap()
+        };
+        db.execute("UPDATE fleet_applied SET checked_at = '2026-01-01T00:00:00Z' WHERE tenant = 'quiet'", &[]).unwrap();
+
+        let interval = 900_000;
+        let due = now_ms() + interval;
+        assert_eq!(check_due(&fixture.app, due, interval).unwrap(), 4);
+        assert!(fixture.event_types("quiet").is_empty());
+        assert_eq!(fixture.event_types("drifting"), ["fleet.drifted"]);
+        assert_eq!(fixture.event_types("recovering"), ["fleet.drifted", "fleet.converged"]);
+        assert_ne!(checked_at("quiet").as_deref(), Some("2026-01-01T00:00:00Z"), "the quiet check's time is recorded");
+        let open: i64 = db
+            .query_one(
+                "SELECT COUNT(*) FROM drift_schedule WHERE claimed_until IS NOT NULL OR due_at <= ?1",
+                params![due],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(open, 0, "every claim ended, each due an interval on");
         assert_eq!(check_due(&fixture.app, due, interval).unwrap(), 0);
     }
 
