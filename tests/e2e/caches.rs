@@ -50,6 +50,12 @@ fn every_write_is_seen_by_the_very_next_plan_whoever_writes() {
     db.run("UPDATE pools SET gpus = 8, vcpus = 4 WHERE tenant = 'acme'");
     let planned = plan();
     assert_eq!(planned["changes"][0]["text"], "~ pool gpu-a: update (vcpus 4 -> 0)");
+    db.run(
+        "INSERT INTO sites (tenant, id, region, description, labels, created_at, updated_at)
+         VALUES ('acme', 'site_plain', 'us-east-1', '', '{}', '2026-12-01T00:00:00Z', '2026-12-01T00:00:00Z')",
+    );
+    let exported = server.ok(&token, "fleet/export", json!({}));
+    assert_eq!(exported["document"]["sites"]["site_plain"]["region"], "us-east-1", "{exported}");
     db.run("DELETE FROM fleet_bindings WHERE tenant = 'acme' AND kind = 'pool'");
     let exported = server.ok(&token, "fleet/export", json!({}));
     assert!(exported["document"]["pools"].get(&pool).is_some(), "export keys the unbound pool by id: {exported}");

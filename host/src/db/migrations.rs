@@ -27,6 +27,7 @@ history!(
     "0008_generations",
     "0009_leases",
     "0010_drift_schedule",
+    "0011_generations_per_statement",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -112,10 +112,15 @@ fn create_plugin_table(backend: Backend, kind: &Descriptor) -> Vec<String> {
                 ));
             }
         }
-        Backend::Postgres => statements.push(format!(
-            "CREATE TRIGGER \"{name}_bumps_state\" AFTER INSERT OR UPDATE OR DELETE ON {table} \
-             FOR EACH ROW EXECUTE FUNCTION fleet_bump_generation('state')"
-        )),
+        // Once per statement (migration 0011); transition tables take one event each.
+        Backend::Postgres => {
+            for (event, rows) in [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")] {
+                statements.push(format!(
+                    "CREATE TRIGGER \"{name}_bumps_state_{event}\" AFTER {event} ON {table} \
+                     REFERENCING {rows} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION fleet_bump_generations('state')"
+                ));
+            }
+        }
     }
     statements
 }
