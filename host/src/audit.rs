@@ -91,17 +91,23 @@ const ROWS_PER_STATEMENT: usize = 64;
 /// Writes an apply's records with the plan hash it applied.
 pub fn write_pending(db: &Conn, deferred: &Deferred, plan_hash: &str) -> Result<(), ApiError> {
     let records = deferred.audits.0.take();
-    for chunk in records.chunks(ROWS_PER_STATEMENT) {
-        insert(db, Via::Apply(deferred).as_str(), Some(plan_hash), chunk)?;
+    let mut values = Vec::with_capacity(records.len() * 7);
+    for record in &records {
+        values.extend(
+            [&record.tenant, &record.at, &record.principal, &record.method, &record.kind, &record.id, &record.changes]
+                .map(Param::from),
+        );
     }
+    let shared = [Param::Text(Via::Apply(deferred).as_str()), Param::Text(plan_hash)];
+    db.insert_rows("audit", &COLUMNS, &shared, &values, ROWS_PER_STATEMENT)?;
     Ok(())
 }
 
+/// The columns an audit record writes: the two its apply shares, then its own.
+const COLUMNS: [&str; 9] = ["via", "plan_hash", "tenant", "at", "principal", "method", "kind", "object_id", "changes"];
+
 fn insert(db: &Conn, via: &str, plan_hash: Option<&str>, records: &[Record]) -> Result<(), ApiError> {
-    let sql = format!(
-        "INSERT INTO audit (via, plan_hash, tenant, at, principal, method, kind, object_id, changes) VALUES {}",
-        db::value_rows(records.len(), 2, 7)
-    );
+    let sql = format!("INSERT INTO audit ({}) VALUES {}", COLUMNS.join(", "), db::value_rows(records.len(), 2, 7));
     let mut values = vec![Param::Text(via), plan_hash.into()];
     for record in records {
         values.extend(

@@ -76,6 +76,30 @@ fn apply_then_export_status_and_reapply() {
     assert_eq!(counts(&server, &token), [1; 6]);
 }
 
+/// Text with what a bulk write must escape (PostgreSQL's `COPY` text format reads
+/// `\N` as NULL and a backslash as an escape) and more comes back from an apply as it
+/// went in:
+/// in the object, its labels and its audit record.
+#[test]
+fn text_of_any_characters_survives_an_apply() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    // Control characters are refused at the door; backslashes are what `COPY` reads.
+    let awkward = r#"back\slash \N \t \n \. \\ 'quote" é 🚀"#;
+    let document = json!({
+        "sites": {"eu-west": {"region": "eu-west-1", "description": awkward, "labels": {"note": awkward}}}
+    });
+    server.ok(&token, "fleet/apply", json!({"document": document}));
+    let site = &server.ok(&token, "sites/list", json!({}))["items"][0];
+    assert_eq!(site["description"], awkward);
+    assert_eq!(site["labels"]["note"], awkward);
+    let replanned = server.ok(&token, "fleet/plan", json!({"document": document}));
+    assert_eq!(replanned["calls"], json!([]), "nothing changed in the round trip");
+    let audit = server.ok(&token, "audit/list", json!({}));
+    let written = serde_json::to_string(awkward).unwrap();
+    assert!(audit["records"][0]["changes"].to_string().contains(&written), "{audit}");
+}
+
 #[test]
 fn a_wrong_hash_is_config_drift_and_changes_nothing() {
     let server = Server::start(&[]);

@@ -70,6 +70,9 @@ pub enum Error {
     Decode { column: usize, message: String },
     #[error("a query that returns one row returned none")]
     NoRow,
+    /// The connection failed while a `COPY` was sending its rows.
+    #[error("postgres: sending rows: {0}")]
+    Copy(std::io::Error),
 }
 
 impl Error {
@@ -82,6 +85,8 @@ impl Error {
                 Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
             ),
             Error::Postgres(error) => postgres::is_busy(error),
+            // Only the connection fails a write of rows already made: an outage.
+            Error::Copy(_) => true,
             Error::Decode { .. } | Error::NoRow => false,
         }
     }
@@ -215,6 +220,40 @@ impl Conn {
         read: impl FnOnce(&Row) -> Result<T, Error>,
     ) -> Result<T, Error> {
         self.query_opt(sql, params, read)?.ok_or(Error::NoRow)
+    }
+
+    /// Inserts rows into `table`: each row is `shared` (the values of the first columns,
+    /// the same in every row) and then its own values, the next `columns.len() -
+    /// shared.len()` of `values`. PostgreSQL takes them all in one `COPY … FROM STDIN`,
+    /// streamed as they are written, so that the server inserts while the host writes;
+    /// SQLite, in-process, runs multi-row `INSERT`s of at most `rows_per_statement`.
+    pub fn insert_rows(
+        &self,
+        table: &str,
+        columns: &[&str],
+        shared: &[Param],
+        values: &[Param],
+        rows_per_statement: usize,
+    ) -> Result<(), Error> {
+        let own = columns.len() - shared.len();
+        if values.is_empty() || own == 0 {
+            return Ok(());
+        }
+        match self {
+            Conn::Sqlite(_) => {
+                for chunk in values.chunks(own * rows_per_statement.max(1)) {
+                    let sql = format!(
+                        "INSERT INTO {table} ({}) VALUES {}",
+                        columns.join(", "),
+                        value_rows(chunk.len() / own, shared.len(), own)
+                    );
+                    let params: Vec<Param> = shared.iter().chain(chunk).copied().collect();
+                    self.execute(&sql, &params)?;
+                }
+                Ok(())
+            }
+            Conn::Postgres(db) => db.borrow_mut().copy_in(table, columns, shared, values.chunks(own)),
+        }
     }
 
     /// Runs statements without parameters or rows, separated by semicolons (a

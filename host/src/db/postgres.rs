@@ -67,6 +67,33 @@ impl Connection {
         Ok(self.client.query(&statement, &bind(params))?)
     }
 
+    /// `COPY table (columns) FROM STDIN` in the text format, a row at a time: the
+    /// client sends its buffer as it fills, and PostgreSQL inserts what has arrived.
+    pub(super) fn copy_in<'a>(
+        &mut self,
+        table: &str,
+        columns: &[&str],
+        shared: &[Param],
+        rows: impl Iterator<Item = &'a [Param<'a>]>,
+    ) -> Result<(), Error> {
+        use std::io::Write as _;
+        let mut writer = self.client.copy_in(&format!("COPY {table} ({}) FROM STDIN", columns.join(", ")))?;
+        let mut line = Vec::new();
+        for row in rows {
+            line.clear();
+            for (index, value) in shared.iter().chain(row).enumerate() {
+                if index > 0 {
+                    line.push(b'\t');
+                }
+                copy_text(value, &mut line);
+            }
+            line.push(b'\n');
+            writer.write_all(&line).map_err(Error::Copy)?;
+        }
+        writer.finish()?;
+        Ok(())
+    }
+
     pub(super) fn batch(&mut self, sql: &str) -> Result<(), Error> {
         Ok(self.client.batch_execute(sql)?)
     }
@@ -111,6 +138,28 @@ fn tenant_key(tenant: &str) -> i32 {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(tenant.as_bytes());
     i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+}
+
+/// A value as `COPY`'s text format writes it: `\N` for NULL, a flag as `1` or `0`
+/// (which boolean and integer columns both read), text with its backslashes, tabs and
+/// line ends escaped.
+fn copy_text(value: &Param, out: &mut Vec<u8>) {
+    match *value {
+        Param::Null => out.extend_from_slice(b"\\N"),
+        Param::Int(value) => out.extend_from_slice(value.to_string().as_bytes()),
+        Param::Bool(value) => out.push(if value { b'1' } else { b'0' }),
+        Param::Text(text) => {
+            for &byte in text.as_bytes() {
+                match byte {
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    _ => out.push(byte),
+                }
+            }
+        }
+    }
 }
 
 fn bind<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
@@ -324,6 +373,19 @@ mod tests {
             "SELECT a FROM t WHERE b = $1 AND c = $12"
         );
         assert_eq!(placeholders("SELECT '?1', \"?2\" FROM t WHERE x = ?3"), "SELECT '?1', \"?2\" FROM t WHERE x = $3");
+    }
+
+    #[test]
+    fn copy_text_escapes_what_copy_would_read_otherwise() {
+        let text = |value: Param| {
+            let mut out = Vec::new();
+            copy_text(&value, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(text(Param::Text("a\\N\tb\nc\rd é")), "a\\\\N\\tb\\nc\\rd é");
+        assert_eq!(text(Param::Null), "\\N");
+        assert_eq!((text(Param::Bool(true)), text(Param::Bool(false))), ("1".into(), "0".into()));
+        assert_eq!(text(Param::Int(-42)), "-42");
     }
 
     #[test]

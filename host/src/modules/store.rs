@@ -837,7 +837,11 @@ impl Overlay {
         let mut start = 0;
         while start < log.len() {
             let (kind, op, _) = &log[start];
-            let row_limit = (FLUSH_PARAMETERS / (stored_columns(kind).len() + 1)).clamp(1, FLUSH_ROWS);
+            // A run of inserts is one `insert_rows`, which makes its own statements.
+            let row_limit = match op {
+                Op::Insert => usize::MAX,
+                _ => rows_per_statement(kind),
+            };
             let mut keys = std::collections::HashSet::new();
             let mut end = start;
             while end < log.len() && end - start < row_limit {
@@ -861,7 +865,14 @@ impl Overlay {
     }
 }
 
-/// One statement for a run of writes of one kind and one sort.
+/// The rows of one statement that writes objects of `kind`: as many as its parameters
+/// allow, at most [`FLUSH_ROWS`].
+fn rows_per_statement(kind: &Descriptor) -> usize {
+    (FLUSH_PARAMETERS / (stored_columns(kind).len() + 1)).clamp(1, FLUSH_ROWS)
+}
+
+/// One statement for a run of writes of one kind and one sort (a run of inserts may
+/// take several on SQLite).
 fn flush_run(
     db: &Conn,
     kind: &Descriptor,
@@ -882,13 +893,23 @@ fn flush_run(
         })
     };
     match op {
-        Op::Insert | Op::Upsert => {
+        Op::Insert => {
+            let maps: Vec<Vec<Option<String>>> = rows().map(|stored| map_texts(kind, &stored.object)).collect();
+            let mut values = Vec::new();
+            for (stored, maps) in rows().zip(&maps) {
+                row_values(kind, &stored.object, stored.idempotency_key.as_deref(), maps, &mut values);
+            }
+            let columns = stored_columns(kind);
+            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+            db.insert_rows(&table(kind), &columns, &[Param::Text(tenant)], &values, rows_per_statement(kind))?;
+        }
+        Op::Upsert => {
             let maps: Vec<Vec<Option<String>>> = rows().map(|stored| map_texts(kind, &stored.object)).collect();
             let mut values = vec![Param::Text(tenant)];
             for (stored, maps) in rows().zip(&maps) {
                 row_values(kind, &stored.object, stored.idempotency_key.as_deref(), maps, &mut values);
             }
-            db.execute(&insert_statement(kind, run.len(), op == Op::Upsert), &values)?;
+            db.execute(&insert_statement(kind, run.len(), true), &values)?;
         }
         Op::Delete | Op::Release => {
             let listed = (2..run.len() + 2).map(|n| format!("?{n}")).collect::<Vec<_>>().join(", ");
