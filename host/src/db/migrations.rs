@@ -28,6 +28,7 @@ history!(
     "0009_leases",
     "0010_drift_schedule",
     "0011_generations_per_statement",
+    "0012_drift_schedule_order",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -232,16 +232,36 @@ fn release_each(db: &db::Conn, replica: &str, released: &[(&str, i64)]) -> Resul
 /// an `UPDATE` waited for), so a tenant is never claimed twice.
 fn claim(app: &App, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiError> {
     let db = app.db.get()?;
-    let claimed = db.query(
-        "UPDATE drift_schedule SET holder = ?1, claimed_until = ?3
-         WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-           AND tenant IN (SELECT tenant FROM drift_schedule
-                          WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-                          ORDER BY due_at, tenant LIMIT ?4)
-         RETURNING tenant, due_at",
-        params![&app.replica, now, now.saturating_add(interval), CLAIM_BATCH],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )?;
+    let sql = match db.backend() {
+        // The candidates another replica is claiming or releasing right now are skipped,
+        // not waited for: waiting, this claim would find them claimed when it re-read
+        // them and come back with fewer or none, and an empty claim ends the replica's
+        // round until its next poll while tenants are still due. The candidates are
+        // chosen once (a materialized CTE), whatever the table's statistics say: a
+        // plan that ran the choice again for every row took seconds a claim.
+        db::Backend::Postgres => {
+            "WITH due AS MATERIALIZED (
+                 SELECT tenant FROM drift_schedule
+                 WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+                 ORDER BY due_at, tenant LIMIT ?4 FOR UPDATE SKIP LOCKED)
+             UPDATE drift_schedule SET holder = ?1, claimed_until = ?3 FROM due
+             WHERE drift_schedule.tenant = due.tenant
+               AND due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+             RETURNING drift_schedule.tenant, due_at"
+        }
+        // One writer: nobody else holds a row.
+        db::Backend::Sqlite => {
+            "UPDATE drift_schedule SET holder = ?1, claimed_until = ?3
+             WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+               AND tenant IN (SELECT tenant FROM drift_schedule
+                              WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
+                              ORDER BY due_at, tenant LIMIT ?4)
+             RETURNING tenant, due_at"
+        }
+    };
+    let claimed = db.query(sql, params![&app.replica, now, now.saturating_add(interval), CLAIM_BATCH], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
     if !claimed.is_empty() {
         tracing::debug!(replica = %app.replica, claimed = claimed.len(), "fleet.drift claimed checks");
     }
