@@ -139,10 +139,9 @@ fn check_claimed(app: &Arc<App>, now: i64, interval: i64, claimed: &[(String, i6
     let tenants: Vec<&str> = claimed.iter().map(|(tenant, _)| tenant.as_str()).collect();
     let mut applied = applied_of_each(app, &tenants)?;
     let mut quiet = Vec::new();
-    // When each is due again: one interval after it was due, or after now if that is past.
     let mut released: Vec<(&str, i64)> = Vec::new();
     for (tenant, due_at) in claimed {
-        let next = due_at.saturating_add(interval).max(now.saturating_add(interval));
+        let next = next_due(*due_at, now, interval);
         let Some(applied) = applied.remove(tenant) else {
             released.push((tenant, next));
             continue;
@@ -173,6 +172,21 @@ fn check_claimed(app: &Arc<App>, now: i64, interval: i64, claimed: &[(String, i6
         }
     }
     release_each(&db, &app.replica, &released)
+}
+
+/// When a check that was due at `due_at` and ran at `now` is due again. A check late by
+/// at most a quarter of an interval (a replica polls four times an interval) keeps its
+/// tenant's cadence: due one interval after it was due, so that the tenant is checked
+/// once an interval and its period does not grow by each check's lateness. A check
+/// later than that (the replicas fell behind, or the tenant's schedule is new) starts
+/// again from now: from its old cadence it would be due again at once, checked twice
+/// in one interval.
+fn next_due(due_at: i64, now: i64, interval: i64) -> i64 {
+    let late = now.saturating_sub(due_at);
+    match late <= interval / 4 {
+        true => due_at.saturating_add(interval),
+        false => now.saturating_add(interval),
+    }
 }
 
 /// Records the time of the checks in `quiet` that found no drift where none was
@@ -491,6 +505,14 @@ mod tests {
     use crate::calls::auth::Grant;
     use crate::calls::dispatch;
     use crate::calls::registry::{Ctx, Via};
+
+    #[test]
+    fn a_check_a_poll_late_keeps_its_cadence_and_a_later_one_starts_again_from_now() {
+        assert_eq!(next_due(10_000, 10_000, 10_000), 20_000, "on time");
+        assert_eq!(next_due(10_000, 12_500, 10_000), 20_000, "a poll late: still due at 20 s");
+        assert_eq!(next_due(10_000, 12_501, 10_000), 22_501, "later: one interval from now");
+        assert_eq!(next_due(10_000, 25_000, 10_000), 35_000, "more than an interval late: from now");
+    }
 
     #[test]
     fn only_a_change_of_answer_publishes() {
