@@ -96,9 +96,11 @@ fn as_unprivileged(command: &mut Command) -> &mut Command {
     }
 }
 
-fn start() -> Cluster {
+/// A new cluster's data directory (in a temp dir named with `prefix`, owned by the
+/// unprivileged user), in its `data`: the server binaries and the directory.
+fn initdb(prefix: &str) -> (PathBuf, PathBuf) {
     let Some(bin) = binaries() else { missing() };
-    let dir = tempfile::Builder::new().prefix("fleet-pg-").tempdir().expect("a temp dir").keep();
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().expect("a temp dir").keep();
     let data = dir.join("data");
     std::fs::create_dir(&data).expect("the data directory");
     if let Some((uid, gid)) = unprivileged() {
@@ -110,6 +112,11 @@ fn start() -> Cluster {
     initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
     let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
     assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+    (bin, dir)
+}
+
+fn start() -> Cluster {
+    let (bin, dir) = initdb("fleet-pg-");
 
     // A certificate for 127.0.0.1 and localhost, signed by a CA of the suite's own; the
     // server's key must be its own and private, or PostgreSQL refuses to start.
@@ -164,19 +171,7 @@ pub struct Restartable {
 
 impl Restartable {
     pub fn new() -> Restartable {
-        let Some(bin) = binaries() else { missing() };
-        let dir = tempfile::Builder::new().prefix("fleet-pg-own-").tempdir().expect("a temp dir").keep();
-        let data = dir.join("data");
-        std::fs::create_dir(&data).expect("the data directory");
-        if let Some((uid, gid)) = unprivileged() {
-            for owned in [&dir, &data] {
-                std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the cluster's directory");
-            }
-        }
-        let mut initdb = Command::new(bin.join("initdb"));
-        initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
-        let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
-        assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+        let (bin, dir) = initdb("fleet-pg-own-");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let cluster = Restartable { bin, dir, port };
         cluster.start();
