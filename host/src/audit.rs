@@ -62,7 +62,7 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
         changes: serde_json::to_string(changes).map_err(ApiError::internal)?,
     };
     match ctx.via {
-        Via::Api => insert(ctx.db, ctx.via.as_str(), None, &[record]),
+        Via::Api => insert(ctx.db, ctx.via.as_str(), &record),
         Via::Apply(deferred) => {
             deferred.audits.0.borrow_mut().push(record);
             Ok(())
@@ -91,13 +91,7 @@ const ROWS_PER_STATEMENT: usize = 64;
 /// Writes an apply's records with the plan hash it applied.
 pub fn write_pending(db: &Conn, deferred: &Deferred, plan_hash: &str) -> Result<(), ApiError> {
     let records = deferred.audits.0.take();
-    let mut values = Vec::with_capacity(records.len() * 7);
-    for record in &records {
-        values.extend(
-            [&record.tenant, &record.at, &record.principal, &record.method, &record.kind, &record.id, &record.changes]
-                .map(Param::from),
-        );
-    }
+    let values: Vec<Param> = records.iter().flat_map(Record::values).collect();
     let shared = [Param::Text(Via::Apply(deferred).as_str()), Param::Text(plan_hash)];
     db.insert_rows("audit", &COLUMNS, &shared, &values, ROWS_PER_STATEMENT)?;
     Ok(())
@@ -106,15 +100,18 @@ pub fn write_pending(db: &Conn, deferred: &Deferred, plan_hash: &str) -> Result<
 /// The columns an audit record writes: the two its apply shares, then its own.
 const COLUMNS: [&str; 9] = ["via", "plan_hash", "tenant", "at", "principal", "method", "kind", "object_id", "changes"];
 
-fn insert(db: &Conn, via: &str, plan_hash: Option<&str>, records: &[Record]) -> Result<(), ApiError> {
-    let sql = format!("INSERT INTO audit ({}) VALUES {}", COLUMNS.join(", "), db::value_rows(records.len(), 2, 7));
-    let mut values = vec![Param::Text(via), plan_hash.into()];
-    for record in records {
-        values.extend(
-            [&record.tenant, &record.at, &record.principal, &record.method, &record.kind, &record.id, &record.changes]
-                .map(Param::from),
-        );
+impl Record {
+    /// Its own values, in the order of [`COLUMNS`] after the shared two.
+    fn values(&self) -> [Param<'_>; 7] {
+        [&self.tenant, &self.at, &self.principal, &self.method, &self.kind, &self.id, &self.changes].map(Param::from)
     }
+}
+
+/// Writes the record of a call made through the API, which has no plan hash.
+fn insert(db: &Conn, via: &str, record: &Record) -> Result<(), ApiError> {
+    let sql = format!("INSERT INTO audit ({}) VALUES {}", COLUMNS.join(", "), db::value_rows(1, 2, 7));
+    let mut values = vec![Param::Text(via), Param::Null];
+    values.extend(record.values());
     db.execute(&sql, &values)?;
     Ok(())
 }

@@ -241,9 +241,10 @@ fn release_each(db: &db::Conn, replica: &str, released: &[(&str, i64)]) -> Resul
 
 /// Claims up to [`CLAIM_BATCH`] tenants due at `now` whose checks nobody holds (or
 /// whose holder's claim lapsed): one statement, so of the servers that poll together
-/// exactly one claims each tenant. The outer `due_at` and `claimed_until` conditions are
-/// checked again on rows another server claimed meanwhile (PostgreSQL re-reads a row
-/// an `UPDATE` waited for), so a tenant is never claimed twice.
+/// exactly one claims each tenant: on PostgreSQL each candidate is locked as it is
+/// chosen, and one another server holds is passed over. The outer `due_at` and
+/// `claimed_until` conditions check each row again as it is written, so a tenant is
+/// never claimed twice.
 fn claim(app: &App, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiError> {
     let db = app.db.get()?;
     let sql = match db.backend() {
@@ -280,15 +281,6 @@ fn claim(app: &App, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiEr
         tracing::debug!(replica = %app.replica, claimed = claimed.len(), "fleet.drift claimed checks");
     }
     Ok(claimed)
-}
-
-/// Ends the claim `replica` holds of a tenant's check, due again at `next`.
-fn release(db: &db::Conn, replica: &str, tenant: &str, next: i64) -> Result<(), ApiError> {
-    db.execute(
-        "UPDATE drift_schedule SET due_at = ?3, claimed_until = NULL WHERE tenant = ?1 AND holder = ?2",
-        params![tenant, replica, next],
-    )?;
-    Ok(())
 }
 
 struct Applied {
@@ -420,7 +412,7 @@ fn record(app: &Arc<App>, applied: &Applied, plan: &Value, release_at: Option<i6
     let db = app.db.get()?;
     let published = db::transaction(&db, Tx::Write(&applied.tenant), |db| {
         if let Some(next) = release_at {
-            release(db, &app.replica, &applied.tenant, next)?;
+            release_each(db, &app.replica, &[(&applied.tenant, next)])?;
         }
         // An apply since the plan above is itself a check: leave its answer alone.
         let still_applied: Option<String> =

@@ -893,23 +893,20 @@ fn flush_run(
         })
     };
     match op {
-        Op::Insert => {
-            let maps: Vec<Vec<Option<String>>> = rows().map(|stored| map_texts(kind, &stored.object)).collect();
-            let mut values = Vec::new();
-            for (stored, maps) in rows().zip(&maps) {
-                row_values(kind, &stored.object, stored.idempotency_key.as_deref(), maps, &mut values);
-            }
-            let columns = stored_columns(kind);
-            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-            db.insert_rows(&table(kind), &columns, &[Param::Text(tenant)], &values, rows_per_statement(kind))?;
-        }
-        Op::Upsert => {
+        Op::Insert | Op::Upsert => {
             let maps: Vec<Vec<Option<String>>> = rows().map(|stored| map_texts(kind, &stored.object)).collect();
             let mut values = vec![Param::Text(tenant)];
             for (stored, maps) in rows().zip(&maps) {
                 row_values(kind, &stored.object, stored.idempotency_key.as_deref(), maps, &mut values);
             }
-            db.execute(&insert_statement(kind, run.len(), true), &values)?;
+            if op == Op::Insert {
+                let columns = stored_columns(kind);
+                let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+                let (shared, own) = values.split_at(1);
+                db.insert_rows(&table(kind), &columns, shared, own, rows_per_statement(kind))?;
+            } else {
+                db.execute(&insert_statement(kind, run.len(), true), &values)?;
+            }
         }
         Op::Delete | Op::Release => {
             let listed = (2..run.len() + 2).map(|n| format!("?{n}")).collect::<Vec<_>>().join(", ");
