@@ -6,7 +6,7 @@
 // planner. The same module runs in Node.js (the tests) and in the page.
 
 /** The version of the `compute:fleet` WIT package the component implements. */
-const WIT_VERSION = '0.5.0';
+const WIT_VERSION = '0.6.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';
@@ -27,7 +27,7 @@ function apiCode(witCode) {
 }
 
 /** Members of a snapshot that are not sections of objects. */
-const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings', 'plugins']);
+const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings', 'plugins', 'policies']);
 
 /** The interface a module plugin exports (`wit/module`), as jco names it. */
 export const PLUGIN_EXPORT = 'compute:module/plugin@0.1.0';
@@ -117,7 +117,7 @@ class StateWriter {
  */
 export function encodeState(snapshot) {
   const writer = new StateWriter();
-  writer.u8(1);
+  writer.u8(2);
   const modules = snapshot.modules ?? BUILT_IN_KINDS;
   writer.u32(modules.length);
   for (const kind of modules) writer.str(kind);
@@ -146,6 +146,14 @@ export function encodeState(snapshot) {
     writer.str(kind);
     writer.str(name);
     writer.str(id);
+  }
+  // The policies in force (SPEC §14), judged by the planner itself.
+  const policies = snapshot.policies ?? [];
+  writer.u32(policies.length);
+  for (const { name, level, source } of policies) {
+    writer.str(name);
+    writer.str(level);
+    writer.str(source);
   }
   return writer.finish();
 }
@@ -193,11 +201,15 @@ function pluginAdapters(snapshot, plugins) {
  */
 export function adapters(snapshot, plugins = new Map()) {
   const state = encodeState(snapshot);
-  const caller = { tenant: snapshot.caller?.tenant ?? '', principal: snapshot.caller?.principal ?? '' };
+  // The caller's grants, when the snapshot says them, block at plan time what it may not do.
+  const grants = Array.isArray(snapshot.caller?.grants) ? [...snapshot.caller.grants] : undefined;
+  const caller = { tenant: snapshot.caller?.tenant ?? '', principal: snapshot.caller?.principal ?? '', grants };
   // A fresh copy per call: the planner owns what it is given.
   const imports = {
-    currentCaller: () => ({ ...caller }),
+    currentCaller: () => ({ ...caller, grants: caller.grants && [...caller.grants] }),
     snapshot: () => state.slice(),
+    // The page has no budget to name a policy for: nothing to do.
+    judging: () => {},
   };
   const methods = {
     invoke: (method) => ({

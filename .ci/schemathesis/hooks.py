@@ -3,7 +3,9 @@
 SPEC §8 allows a schema-valid request to be refused for the state it meets. Three such
 refusals answer 400 and no schema can express them: a change to an immutable field
 (SPEC §4), an offer `to` its pool's own owner (SPEC §4), and a module plugin's own
-rules (SPEC §10: the example `reservations` plugin's times and capacities). schemathesis.toml turns
+rules (SPEC §10: the example `reservations` plugin's times and capacities). Two more
+are content no JSON Schema can state: a policy source that is not Rego (SPEC §14), and
+objects for a plugin check that are not objects of their kinds (compute.preview.check). schemathesis.toml turns
 the stock positive_data_acceptance check off (its per-operation switch does not reach
 the stateful phase); this check takes its place everywhere: schema-valid data must be
 accepted exactly as the stock check demands, except for those two refusals on the
@@ -23,6 +25,9 @@ STATE_RULES = {
     "/api/compute/offers/update",
     "/api/compute/reservations/create",
     "/api/compute/reservations/update",
+    "/api/compute/policies/put",
+    "/api/compute/preview/check",
+    "/api/compute/fleet/apply",
 }
 
 # The reservations plugin's rules (plugins/reservations): their paths and messages.
@@ -40,6 +45,15 @@ ALSO_ACCEPTED = {401, 403, 404, 409, 429}
 
 def documented(problem):
     message = problem.get("message", "")
+    # A policy's source is Rego: one that does not compile says where (SPEC §14).
+    if problem.get("path") == "/source" and message.startswith("line "):
+        return True
+    # An override must name a policy in force (SPEC §14).
+    if problem.get("path") == "/overrides" and message.startswith("no policy "):
+        return True
+    # A plugin check's objects must be objects of their kinds (SPEC §10, §11).
+    if problem.get("path", "").startswith("/subjects/"):
+        return True
     if message.startswith("is immutable: it cannot change from"):
         return True
     if problem.get("path") in PLUGIN_RULES and message.startswith(PLUGIN_RULES[problem["path"]]):

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(request) = std::str::from_utf8(data) else { return };
-    let state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into() });
+    let state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into(), grants: None });
     let first = fleet_guest::plan(&state, request);
     assert_eq!(first, fleet_guest::plan(&state, request), "a plan is deterministic");
     if let Err(error) = first {

@@ -3,18 +3,27 @@
 
 use serde::Serialize;
 
+use crate::document::{Override, PlanRequest};
 use crate::plan::Plan;
-use crate::{Error, ErrorCode, Host};
+use crate::policy::{Level, Verdict};
+use crate::{Caller, Error, ErrorCode, Host};
 
 #[derive(Serialize)]
 struct Applied<'a> {
     plan: &'a Plan,
     applied: usize,
+    /// The overrides that let a denied plan through, for the host's audit trail.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    overrides: &'a [&'a Override],
 }
+
+/// The permission that overrides mandatory policies (SPEC §14).
+pub const OVERRIDE_PERMISSION: (&str, &str) = ("compute:fleet:override", "compute-fleet");
 
 /// Runs a plan's calls after the checks of step 1; `expected_hash` is the request's
 /// `planHash`, if given.
-pub(crate) fn apply(host: &mut dyn Host, plan: &Plan, expected_hash: Option<&str>) -> Result<String, Error> {
+pub(crate) fn apply(host: &mut dyn Host, plan: &Plan, request: &PlanRequest, caller: &Caller) -> Result<String, Error> {
+    let expected_hash = request.plan_hash.as_deref();
     if let Some(expected) = expected_hash
         && expected != plan.plan_hash
     {
@@ -35,11 +44,73 @@ pub(crate) fn apply(host: &mut dyn Host, plan: &Plan, expected_hash: Option<&str
             Error::new(ErrorCode::InvalidState, message).with_details(serde_json::json!({"blocked": plan.blocked}))
         );
     }
+    let overrides = overridden(plan, &request.overrides, caller)?;
     let mut applied = 0;
     for call in &plan.calls {
         host.invoke(&call.method, &call.invoke_input()?)?;
         applied += 1;
     }
-    serde_json::to_string(&Applied { plan, applied })
+    serde_json::to_string(&Applied { plan, applied, overrides: &overrides })
         .map_err(|error| Error::new(ErrorCode::Internal, format!("the apply result cannot be written: {error}")))
+}
+
+/// The overrides that let the plan's denials through, or `POLICY_DENIED`: every denial
+/// must come from a mandatory policy the request overrides, and the caller must hold
+/// the override permission. Nothing overrides an enforced policy.
+fn overridden<'a>(plan: &Plan, overrides: &'a [Override], caller: &Caller) -> Result<Vec<&'a Override>, Error> {
+    let Some(judgement) = &plan.policy else {
+        return match overrides.first() {
+            None => Ok(Vec::new()),
+            Some(first) => Err(unknown_policy(&first.policy)),
+        };
+    };
+    if let Some(unknown) =
+        overrides.iter().find(|item| judgement.verdicts.iter().all(|verdict| verdict.policy != item.policy))
+        && !judgement.in_force.contains(&unknown.policy)
+    {
+        return Err(unknown_policy(&unknown.policy));
+    }
+    let denials: Vec<&Verdict> = judgement.verdicts.iter().filter(|verdict| verdict.denies()).collect();
+    if denials.is_empty() {
+        return Ok(Vec::new());
+    }
+    let denied = |message: String| {
+        Error::new(ErrorCode::PolicyDenied, message).with_details(serde_json::json!({ "verdicts": denials }))
+    };
+    let count = |count: usize| if count == 1 { "1 denial".to_owned() } else { format!("{count} denials") };
+    let enforced = denials.iter().filter(|verdict| verdict.level == Level::Enforced).count();
+    if enforced > 0 {
+        return Err(denied(format!(
+            "enforced policies deny the plan ({}), and nothing overrides them; nothing was applied",
+            count(enforced)
+        )));
+    }
+    let mut policies: Vec<&str> = denials.iter().map(|verdict| verdict.policy.as_str()).collect();
+    policies.dedup();
+    let missing: Vec<&str> =
+        policies.iter().copied().filter(|policy| overrides.iter().all(|item| item.policy != *policy)).collect();
+    if !missing.is_empty() {
+        return Err(denied(format!(
+            "policies deny the plan ({}); nothing was applied. To apply it anyway, override {} with a reason",
+            count(denials.len()),
+            missing.join(", ")
+        )));
+    }
+    let (permission, scope) = OVERRIDE_PERMISSION;
+    if let Some(grants) = &caller.grants
+        && !crate::grants::allows(grants, permission, scope)
+    {
+        return Err(denied(format!(
+            "{} may not override policies: it needs {permission} @ {scope}; nothing was applied",
+            caller.principal
+        )));
+    }
+    Ok(overrides.iter().filter(|item| policies.contains(&item.policy.as_str())).collect())
+}
+
+fn unknown_policy(policy: &str) -> Error {
+    let problem =
+        crate::Problem { path: "/overrides".to_owned(), message: format!("no policy {policy:?} is in force") };
+    Error::new(ErrorCode::InvalidArgument, "the request has 1 problem")
+        .with_details(serde_json::json!({ "problems": [problem] }))
 }

@@ -33,7 +33,7 @@ struct Imports;
 impl Host for Imports {
     fn caller(&self) -> Caller {
         let caller = state::current_caller();
-        Caller { tenant: caller.tenant, principal: caller.principal }
+        Caller { tenant: caller.tenant, principal: caller.principal, grants: caller.grants }
     }
 
     fn state(&self, catalog: &Catalog) -> Result<Snapshot, Error> {
@@ -46,6 +46,10 @@ impl Host for Imports {
 
     fn plugin_kinds(&self) -> Result<String, Error> {
         Ok(plugins::kinds())
+    }
+
+    fn judging(&self, policy: &str) {
+        state::judging(policy);
     }
 
     fn check(&self, kind: &str, subjects: Vec<Subject>) -> Result<Vec<Finding>, Error> {
@@ -61,7 +65,7 @@ impl Host for Imports {
     }
 }
 
-const CODES: [(ErrorCode, types::ErrorCode); 14] = [
+const CODES: [(ErrorCode, types::ErrorCode); 15] = [
     (ErrorCode::InvalidArgument, types::ErrorCode::InvalidArgument),
     (ErrorCode::Unauthenticated, types::ErrorCode::Unauthenticated),
     (ErrorCode::PermissionDenied, types::ErrorCode::PermissionDenied),
@@ -71,6 +75,7 @@ const CODES: [(ErrorCode, types::ErrorCode); 14] = [
     (ErrorCode::FailedPrecondition, types::ErrorCode::FailedPrecondition),
     (ErrorCode::InvalidState, types::ErrorCode::InvalidState),
     (ErrorCode::ConfigDrift, types::ErrorCode::ConfigDrift),
+    (ErrorCode::PolicyDenied, types::ErrorCode::PolicyDenied),
     (ErrorCode::PayloadTooLarge, types::ErrorCode::PayloadTooLarge),
     (ErrorCode::ResourceExhausted, types::ErrorCode::ResourceExhausted),
     (ErrorCode::Unsupported, types::ErrorCode::Unsupported),

@@ -101,7 +101,19 @@ pub(crate) struct PlanRequest {
     pub(crate) document: Document,
     pub(crate) prune: bool,
     pub(crate) plan_hash: Option<String>,
+    /// Apply only: the mandatory policies whose denials the caller overrides (SPEC §14).
+    pub(crate) overrides: Vec<Override>,
 }
+
+/// An override of a mandatory policy's denials, with the reason the audit trail keeps.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Override {
+    pub(crate) policy: String,
+    pub(crate) reason: String,
+}
+
+/// The longest reason an override may give.
+const MAX_REASON: usize = 1000;
 
 /// Every problem found in a request, reported together as one `INVALID_ARGUMENT`.
 #[derive(Debug, Default)]
@@ -176,7 +188,8 @@ pub(crate) fn parse_plan(
 ) -> Result<(PlanRequest, Problems), Error> {
     let map = parse_json(request)?;
     let mut problems = Problems::default();
-    let mut parsed = PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None };
+    let mut parsed =
+        PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None, overrides: Vec::new() };
     for (key, value) in &map {
         match key.as_str() {
             "document" => match value {
@@ -191,6 +204,7 @@ pub(crate) fn parse_plan(
                 Json::String(plan_hash) if is_plan_hash(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
                 _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
             },
+            "overrides" if plan_hash_allowed => parsed.overrides = parse_overrides(value, &mut problems),
             _ => problems.push(pointer(&[key]), "unknown field"),
         }
     }
@@ -198,6 +212,53 @@ pub(crate) fn parse_plan(
         problems.push(pointer(&["document"]), "the document is required");
     }
     Ok((parsed, problems))
+}
+
+/// `[{"policy": name, "reason": text}]`, each policy named once.
+fn parse_overrides(value: &Json, problems: &mut Problems) -> Vec<Override> {
+    let Json::Array(items) = value else {
+        problems.push(pointer(&["overrides"]), "must be an array of {\"policy\", \"reason\"} objects");
+        return Vec::new();
+    };
+    let mut overrides: Vec<Override> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = index.to_string();
+        let Json::Object(members) = item else {
+            problems.push(pointer(&["overrides", &at]), "must be an object {\"policy\", \"reason\"}");
+            continue;
+        };
+        for name in members.keys().filter(|name| !matches!(name.as_str(), "policy" | "reason")) {
+            problems.push(pointer(&["overrides", &at, name]), "unknown field");
+        }
+        let policy = match members.get("policy") {
+            Some(Json::String(policy)) if is_name(policy) => Some(policy.clone()),
+            _ => {
+                problems.push(
+                    pointer(&["overrides", &at, "policy"]),
+                    format!("must be a policy name matching {NAME_PATTERN}"),
+                );
+                None
+            }
+        };
+        let reason = match members.get("reason") {
+            Some(Json::String(reason)) if !reason.trim().is_empty() && reason.chars().count() <= MAX_REASON => {
+                Some(reason.clone())
+            }
+            _ => {
+                let message = format!("must say why, in 1 to {MAX_REASON} characters");
+                problems.push(pointer(&["overrides", &at, "reason"]), message);
+                None
+            }
+        };
+        if let (Some(policy), Some(reason)) = (policy, reason) {
+            if overrides.iter().any(|known| known.policy == policy) {
+                problems.push(pointer(&["overrides", &at, "policy"]), "names a policy another override names");
+                continue;
+            }
+            overrides.push(Override { policy, reason });
+        }
+    }
+    overrides
 }
 
 fn parse_document(catalog: &Catalog, document: &Map<String, Json>, problems: &mut Problems) -> Document {

@@ -13,6 +13,7 @@ pub enum ErrorCode {
     FailedPrecondition,
     InvalidState,
     ConfigDrift,
+    PolicyDenied,
     PayloadTooLarge,
     ResourceExhausted,
     Unsupported,
@@ -22,7 +23,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of SPEC §2's table.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
@@ -32,6 +33,7 @@ impl ErrorCode {
         ErrorCode::FailedPrecondition,
         ErrorCode::InvalidState,
         ErrorCode::ConfigDrift,
+        ErrorCode::PolicyDenied,
         ErrorCode::PayloadTooLarge,
         ErrorCode::ResourceExhausted,
         ErrorCode::Unsupported,
@@ -51,6 +53,7 @@ impl ErrorCode {
             ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
             ErrorCode::InvalidState => "INVALID_STATE",
             ErrorCode::ConfigDrift => "CONFIG_DRIFT",
+            ErrorCode::PolicyDenied => "POLICY_DENIED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
             ErrorCode::Unsupported => "UNSUPPORTED",
@@ -70,7 +73,8 @@ impl ErrorCode {
             ErrorCode::AlreadyExists
             | ErrorCode::FailedPrecondition
             | ErrorCode::InvalidState
-            | ErrorCode::ConfigDrift => 409,
+            | ErrorCode::ConfigDrift
+            | ErrorCode::PolicyDenied => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::ResourceExhausted => 429,
             ErrorCode::Unsupported => 501,

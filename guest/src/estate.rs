@@ -23,13 +23,15 @@ pub(crate) struct Estate {
     pub(crate) caller: Caller,
     pub(crate) catalog: Catalog,
     tables: Vec<Table>,
+    /// The policies in force (SPEC §14).
+    pub(crate) policies: Vec<crate::Policy>,
 }
 
 impl Estate {
     /// Indexes a snapshot, taking its values without copying them. Objects of kinds the
     /// catalogue does not know are ignored.
     pub(crate) fn new(catalog: Catalog, snapshot: Snapshot) -> Estate {
-        let Snapshot { caller, modules, mut tables, bindings } = snapshot;
+        let Snapshot { caller, modules, mut tables, bindings, policies } = snapshot;
         let mut indexed: Vec<Table> = Vec::with_capacity(catalog.len());
         for (_, kind) in catalog.iter() {
             let mut objects = tables.remove(kind.kind).unwrap_or_default();
@@ -75,7 +77,7 @@ impl Estate {
             }
             table.id_to_name = id_to_name;
         }
-        Estate { caller, catalog, tables: indexed }
+        Estate { caller, catalog, tables: indexed, policies }
     }
 
     pub(crate) fn kind(&self, kind: usize) -> &'static Descriptor {

@@ -251,7 +251,7 @@ mod tests {
     use super::*;
 
     fn alice() -> Caller {
-        Caller { tenant: "acme".into(), principal: "alice".into() }
+        Caller { tenant: "acme".into(), principal: "alice".into(), grants: None }
     }
 
     #[test]
@@ -259,7 +259,7 @@ mod tests {
         let id = planned_id(&alice(), &crate::kinds::POOL, "gpu-a").unwrap();
         assert!(crate::grammar::is_id(&id, "pool"), "{id}");
         assert_eq!(planned_id(&alice(), &crate::kinds::OWNER_QUOTA, "team-ml"), None);
-        let bob = Caller { tenant: "acme".into(), principal: "bob".into() };
+        let bob = Caller { tenant: "acme".into(), principal: "bob".into(), grants: None };
         assert_ne!(planned_id(&bob, &crate::kinds::POOL, "gpu-a"), Some(id.clone()));
         assert_ne!(planned_id(&alice(), &crate::kinds::FLAVOR, "gpu-a"), Some(id));
     }

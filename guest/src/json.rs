@@ -41,6 +41,30 @@ pub fn parse(text: &str) -> Result<Value, Vec<Problem>> {
     }
 }
 
+/// [`parse`], where the top-level members named `multiline` (a policy's Rego `source`)
+/// may also hold line breaks and tabs, as source text does; no other control character.
+pub fn parse_multiline(text: &str, multiline: &[&str]) -> Result<Value, Vec<Problem>> {
+    let Err(problems) = parse(text) else { return parse(text) };
+    let Some(value) = problems
+        .iter()
+        .any(|problem| problem.message.starts_with("contains a control"))
+        .then(|| serde_json::from_str::<Value>(text).ok())
+        .flatten()
+    else {
+        return Err(problems);
+    };
+    let layout =
+        |text: &str| text.chars().all(|character| !character.is_control() || matches!(character, '\n' | '\r' | '\t'));
+    let remaining: Vec<Problem> = problems
+        .into_iter()
+        .filter(|problem| {
+            let allowed = multiline.iter().any(|name| problem.path == pointer(&[name]));
+            !(allowed && value.pointer(&problem.path).and_then(Value::as_str).is_some_and(layout))
+        })
+        .collect();
+    if remaining.is_empty() { Ok(value) } else { Err(remaining) }
+}
+
 /// Whether `text` holds a character of Unicode category Cc, which SPEC §2 forbids.
 pub fn has_control(text: &str) -> bool {
     text.chars().any(char::is_control)

@@ -10,14 +10,17 @@ pub mod error;
 mod estate;
 mod export;
 pub mod grammar;
+pub mod grants;
 mod hash;
 pub mod json;
+mod judge;
 pub mod kinds;
 
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod plan;
 pub mod plugins;
+pub mod policy;
 pub mod state;
 mod text;
 
@@ -41,6 +44,7 @@ mod memcmp;
 
 pub use error::{Error, ErrorCode, Problem};
 pub use kinds::{Catalog, Descriptor};
+pub use policy::{Level, Policy};
 pub use state::{Binding, Caller, Object, Snapshot, Value};
 
 pub use document::{PLAN_HASH_FORM, is_plan_hash};
@@ -65,6 +69,9 @@ pub trait Host {
     fn check(&self, kind: &str, _subjects: Vec<plugins::Subject>) -> Result<Vec<plugins::Finding>, Error> {
         Err(Error::new(ErrorCode::Internal, format!("this host runs no plugin for the kind {kind}")))
     }
+    /// Told before each policy runs, and `""` once they are done, so that a host whose
+    /// budget a policy exhausts can name it (SPEC §14). Nothing by default.
+    fn judging(&self, _policy: &str) {}
 }
 
 impl Host for Snapshot {
@@ -115,13 +122,14 @@ pub fn plan(host: &dyn Host, request: &str) -> Result<String, Error> {
 
 /// `{"document", "prune"?, "planHash"?}` -> `{"plan", "applied"}` (SPEC §6.3).
 pub fn apply(host: &mut dyn Host, request: &str) -> Result<String, Error> {
-    let (plan, expected_hash) = planned(&*host, request, true)?;
-    apply::apply(host, &plan, expected_hash.as_deref())
+    let (plan, request) = planned(&*host, request, true)?;
+    let caller = host.caller();
+    apply::apply(host, &plan, &request, &caller)
 }
 
 /// Authenticates, parses and validates a plan or apply request, reads the state once
-/// and plans. Returns the plan and the request's `planHash`.
-fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan, Option<String>), Error> {
+/// and plans. Returns the plan and the request.
+fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan, document::PlanRequest), Error> {
     let caller = host.caller();
     if caller.tenant.is_empty() || caller.principal.is_empty() {
         return Err(Error::new(
@@ -133,5 +141,5 @@ fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan
     let (request, problems) = document::parse_plan(&catalog, request, is_apply)?;
     let estate = estate(host, catalog)?;
     let plan = plan::plan(&estate, &request, problems, host)?;
-    Ok((plan, request.plan_hash))
+    Ok((plan, request))
 }

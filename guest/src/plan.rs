@@ -10,6 +10,7 @@ use crate::estate::Estate;
 use crate::hash;
 use crate::kinds::{Descriptor, Removal, Rule};
 use crate::plugins::{Subject, object_json};
+use crate::policy::{CanonicalJudgement, Judgement};
 use crate::state::{Object, Value};
 use crate::text;
 use crate::{Error, ErrorCode, Host};
@@ -25,7 +26,7 @@ pub(crate) enum Action {
 }
 
 impl Action {
-    fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             Action::Create => "create",
             Action::Update => "update",
@@ -104,6 +105,12 @@ pub(crate) struct Summary {
     pub(crate) restore: usize,
     pub(crate) unchanged: usize,
     pub(crate) blocked: usize,
+    /// With policies in force: their denials that block the plan (SPEC §14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) denied: Option<usize>,
+    /// With policies in force: their warnings, advisory denials included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) warnings: Option<usize>,
 }
 
 /// A live object the document leaves out and a plan without `prune` leaves alone, with
@@ -126,6 +133,9 @@ pub(crate) struct Plan {
     pub(crate) summary: Summary,
     pub(crate) blocked: Vec<Blocked>,
     pub(crate) left_alone: Vec<LeftAlone>,
+    /// The verdicts of the policies in force; none when there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) policy: Option<Judgement>,
     pub(crate) plan_hash: String,
 }
 
@@ -141,6 +151,9 @@ struct Hashed<'a> {
     #[serde(serialize_with = "canonical_changes")]
     changes: &'a [Change],
     document: crate::document::FilledDocument<'a>,
+    /// Only with policies in force, so that plans without them hash as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<CanonicalJudgement<'a>>,
     prune: bool,
 }
 
@@ -299,6 +312,7 @@ pub(crate) fn plan(
             summary: Summary::default(),
             blocked: Vec::new(),
             left_alone: Vec::new(),
+            policy: None,
             plan_hash: String::new(),
         },
     };
@@ -315,6 +329,11 @@ pub(crate) fn plan(
     planner.prune(request.prune);
     let mut plan = planner.plan;
     plan.summary.blocked = plan.blocked.len();
+    plan.policy = crate::judge::judge(estate, request, &plan, host)?;
+    if let Some(judgement) = &plan.policy {
+        plan.summary.denied = Some(judgement.denied());
+        plan.summary.warnings = Some(judgement.warnings());
+    }
     plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan))?;
     Ok(plan)
 }
@@ -326,6 +345,7 @@ impl<'a> Hashed<'a> {
             calls: &plan.calls,
             changes: &plan.changes,
             document: request.document.canonical(&estate.catalog),
+            policy: plan.policy.as_ref().map(CanonicalJudgement),
             prune: request.prune,
         }
     }
@@ -465,6 +485,10 @@ impl<'a> Planner<'a> {
         if let Some(refused) = self.refused[kind].get(&position) {
             reasons.extend(refused.iter().cloned());
         }
+        let makes_calls = current.is_none_or(|current| current.archived || !changed.is_empty());
+        if makes_calls && let Some(missing) = self.not_permitted(descriptor) {
+            reasons.push((None, missing));
+        }
         if !estate.runs(kind) {
             reasons = vec![(None, format!("the {} module is not run by this deployment", descriptor.group))];
         }
@@ -603,6 +627,14 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Why the caller may not make the calls of a kind, when it may not (SPEC §14: the
+    /// plan shows it rather than apply failing on the first refusal).
+    fn not_permitted(&self, descriptor: &Descriptor) -> Option<String> {
+        let grants = self.estate.caller.grants.as_deref()?;
+        let (permission, scope) = crate::grants::write_permission(descriptor.group);
+        (!crate::grants::allows(grants, &permission, &scope)).then(|| format!("not permitted: {permission} @ {scope}"))
+    }
+
     /// The values of a document object as they would be written, references as ids;
     /// `None` when a reference names nothing (the change is blocked for that).
     fn desired(&self, kind: usize, entry: &Entry) -> Option<Vec<Value>> {
@@ -737,6 +769,15 @@ impl<'a> Planner<'a> {
                 let id = descriptor.id_prefix().map(|_| object.key.clone());
                 if !prune {
                     self.plan.left_alone.push(LeftAlone { kind: descriptor.kind, key: key.to_owned(), id, action });
+                    continue;
+                }
+                if let Some(missing) = self.not_permitted(descriptor) {
+                    let text = text::blocked(descriptor, key, [missing.as_str()].into_iter());
+                    let change =
+                        Change { action, kind: descriptor.kind, key: key.to_owned(), id, fields: Vec::new(), text };
+                    self.plan.changes.push(change);
+                    let blocked = Blocked { kind: descriptor.kind, key: key.to_owned(), field: None, reason: missing };
+                    self.plan.blocked.push(blocked);
                     continue;
                 }
                 match action {

@@ -182,7 +182,7 @@ pub struct Subject {
 }
 
 /// A problem a plugin's check found (the plugin package's `problem`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     pub subject: u32,
     pub path: String,
@@ -283,7 +283,8 @@ mod tests {
 
     #[test]
     fn plugin_kinds_are_planned_after_what_they_reference_and_checked_as_they_will_be() {
-        let mut snapshot = crate::Snapshot::empty(crate::Caller { tenant: "acme".into(), principal: "alice".into() });
+        let mut snapshot =
+            crate::Snapshot::empty(crate::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None });
         snapshot.modules.push("reservation".into());
         let host = WithPlugin { snapshot, asked: Default::default() };
         let document = serde_json::json!({

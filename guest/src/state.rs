@@ -10,8 +10,9 @@
 //!   byte length and UTF-8.
 //!
 //!   ```text
-//!   state    = version:u8 (1) · modules:u32 · kind:str* · tables:u32 · table*
+//!   state    = version:u8 (2) · modules:u32 · kind:str* · tables:u32 · table*
 //!              · bindings:u32 · (kind:str · name:str · id:str)*
+//!              · policies:u32 · (name:str · level:str · source:str)*
 //!   table    = section:str · fields:u32 · name:str* · rows:u32 · row*
 //!   row      = values:u32 · (field:u32 · value)*     field indexes the table's names
 //!   value    = 0:u8 · str | 1:u8 · u64 | 2:u8 · (0|1):u8 | 3:u8 · pairs:u32 · (str · str)*
@@ -26,6 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
 use crate::kinds::{Catalog, Descriptor, FieldType};
+use crate::policy::{Level, Policy};
 use crate::{Error, ErrorCode};
 
 /// A string-to-string map (`labels`, `settings`), sorted by key.
@@ -36,6 +38,11 @@ pub type StringMap = BTreeMap<String, String>;
 pub struct Caller {
     pub tenant: String,
     pub principal: String,
+    /// The caller's grants (`PERMISSION @ SCOPE`), when the host says them: a plan then
+    /// blocks the changes whose calls the caller may not make (SPEC §14). `None` (golden
+    /// cases, benchmarks) plans as if every call were allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Vec<String>>,
 }
 
 /// One field's value. References are [`Value::Text`]: a document key (or id) in a
@@ -155,13 +162,15 @@ pub struct Snapshot {
     /// Objects per kind name. A kind whose module does not run has none.
     pub tables: BTreeMap<String, Vec<Object>>,
     pub bindings: Vec<Binding>,
+    /// The policies in force, the deployment's and the tenant's (SPEC §14).
+    pub policies: Vec<Policy>,
 }
 
 impl Snapshot {
     /// A tenant with nothing in it, every built-in module run.
     pub fn empty(caller: Caller) -> Snapshot {
         let modules = crate::kinds::BUILT_IN.iter().map(|kind| kind.kind.to_owned()).collect();
-        Snapshot { caller, modules, tables: BTreeMap::new(), bindings: Vec::new() }
+        Snapshot { caller, modules, tables: BTreeMap::new(), bindings: Vec::new(), policies: Vec::new() }
     }
 
     /// The objects of a kind.
@@ -190,7 +199,7 @@ impl Snapshot {
         };
         writer.modules(modules.iter().map(String::as_str));
         for (section, objects) in members {
-            if matches!(section.as_str(), "caller" | "modules" | "bindings" | "plugins") {
+            if matches!(section.as_str(), "caller" | "modules" | "bindings" | "plugins" | "policies") {
                 continue;
             }
             let Json::Array(objects) = objects else {
@@ -223,6 +232,11 @@ impl Snapshot {
             None => Vec::new(),
         };
         writer.bindings(bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
+        let policies: Vec<Policy> = match members.get("policies") {
+            Some(policies) => serde_json::from_value(policies.clone()).map_err(|error| malformed(&error))?,
+            None => Vec::new(),
+        };
+        writer.policies(&policies);
         let mut snapshot = decode(catalog, &writer.finish())?;
         snapshot.caller = caller;
         Ok(snapshot)
@@ -240,6 +254,9 @@ impl Snapshot {
             }
         }
         members.insert("bindings".into(), serde_json::to_value(&self.bindings).unwrap_or_default());
+        if !self.policies.is_empty() {
+            members.insert("policies".into(), serde_json::to_value(&self.policies).unwrap_or_default());
+        }
         Json::Object(members)
     }
 
@@ -258,6 +275,7 @@ impl Snapshot {
             }
         }
         writer.bindings(self.bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
+        writer.policies(&self.policies);
         writer.finish()
     }
 }
@@ -294,18 +312,20 @@ fn malformed(detail: impl std::fmt::Display) -> Error {
 
 // ---- the state encoding ----------------------------------------------------------------
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const TEXT: u8 = 0;
 const COUNT: u8 = 1;
 const BOOL: u8 = 2;
 const MAP: u8 = 3;
 
-/// Writes the state encoding: modules, then tables, then bindings, each once.
+/// Writes the state encoding: modules, then tables, then bindings, then policies (none
+/// unless written), each once.
 pub struct StateWriter {
     bytes: Vec<u8>,
     tables: u32,
     /// Where the table count goes, once the modules are written.
     tables_at: usize,
+    policies_written: bool,
 }
 
 impl Default for StateWriter {
@@ -316,7 +336,7 @@ impl Default for StateWriter {
 
 impl StateWriter {
     pub fn new() -> StateWriter {
-        StateWriter { bytes: vec![VERSION], tables: 0, tables_at: 0 }
+        StateWriter { bytes: vec![VERSION], tables: 0, tables_at: 0, policies_written: false }
     }
 
     /// The kinds whose modules run; first.
@@ -365,7 +385,21 @@ impl StateWriter {
         self.patch(at, count);
     }
 
-    pub fn finish(self) -> Vec<u8> {
+    /// The policies in force; after the bindings.
+    pub fn policies(&mut self, policies: &[Policy]) {
+        self.u32(policies.len());
+        for policy in policies {
+            self.text(&policy.name);
+            self.text(policy.level.as_str());
+            self.text(&policy.source);
+        }
+        self.policies_written = true;
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        if !self.policies_written {
+            self.u32(0);
+        }
         self.bytes
     }
 
@@ -490,10 +524,16 @@ pub fn decode(catalog: &Catalog, bytes: &[u8]) -> Result<Snapshot, Error> {
         let (kind, name, id) = (reader.text()?, reader.text()?, reader.text()?);
         bindings.push(Binding { kind: kind.to_owned(), name: name.to_owned(), id: id.to_owned() });
     }
-    if reader.at != bytes.len() {
-        return Err(malformed("bytes after the bindings"));
+    let mut policies = Vec::new();
+    for _ in 0..reader.u32()? {
+        let (name, level, source) = (reader.text()?, reader.text()?, reader.text()?);
+        let level = Level::parse(level).ok_or_else(|| malformed(format_args!("no policy level is {level:?}")))?;
+        policies.push(Policy { name: name.to_owned(), level, source: source.to_owned() });
     }
-    Ok(Snapshot { caller: Caller::default(), modules, tables, bindings })
+    if reader.at != bytes.len() {
+        return Err(malformed("bytes after the policies"));
+    }
+    Ok(Snapshot { caller: Caller::default(), modules, tables, bindings, policies })
 }
 
 /// What a table's name stands for.

@@ -359,7 +359,8 @@ async fn run(args: Args) -> Result<()> {
     // Native and component planner on the same snapshot.
     let changed = with_changed_pools(&document);
     let request = json!({"document": changed}).to_string();
-    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: Vec::new() };
+    let every = vec![auth::Grant::parse("compute:*:* @ *").map_err(|error| anyhow::anyhow!(error))?];
+    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
         tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??
@@ -395,7 +396,8 @@ async fn run(args: Args) -> Result<()> {
     let wasm_plan = time(args.runs, || plan_in_sandbox(copies.pop().expect("a copy per run"), Entry::Plan, &request));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
-    let empty = Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into() });
+    let empty =
+        Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into(), grants: None });
     let empty_call = || plan_in_sandbox(empty.clone(), Entry::Export, "{}");
     if args.profile == Some(Figure::Instantiate) {
         repeat(args.seconds, empty_call);
@@ -432,16 +434,59 @@ async fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    // Over HTTP, against the database.
-    let mut samples = Vec::new();
-    for _ in 0..args.runs {
-        let body = request.clone();
-        let started = Instant::now();
-        let plan = post("plan", body).await?;
-        samples.push(started.elapsed());
-        std::hint::black_box(plan);
+    // Over HTTP, against the database: the median of the plans, each answer checked
+    // after its clock stopped.
+    let http_plans = |check: fn(&Value) -> bool| {
+        let (post, request, runs) = (&post, &request, args.runs);
+        async move {
+            let mut samples = Vec::new();
+            for _ in 0..runs {
+                let body = request.clone();
+                let started = Instant::now();
+                let plan = post("plan", body).await?;
+                samples.push(started.elapsed());
+                if !check(&serde_json::from_str(&plan)?) {
+                    bail!("an unexpected plan: {}", &plan[..plan.len().min(300)]);
+                }
+            }
+            Ok::<Duration, anyhow::Error>(median(samples))
+        }
+    };
+    let http_plan = http_plans(|plan| plan.get("policy").is_none()).await?;
+
+    // The same plan with the five example policies of `policies/` in force (SPEC §14),
+    // the tenant's own for the while: the planner builds their input and runs them.
+    let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    let example_policies = [
+        ("gpus-per-pool", "mandatory"),
+        ("prune-limit", "mandatory"),
+        ("protected-pools", "enforced"),
+        ("offers-within-capacity", "mandatory"),
+        ("no-prune-by-ci", "mandatory"),
+    ];
+    let policy_call = |method: &'static str, body: Value| {
+        let (http, base, token) = (http.clone(), base.clone(), token.clone());
+        async move {
+            let response = http
+                .post(format!("{base}/api/compute/policies/{method}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await?;
+            if !response.status().is_success() {
+                bail!("policies/{method} failed: {}", response.text().await?);
+            }
+            Ok::<(), anyhow::Error>(())
+        }
+    };
+    for (name, level) in example_policies {
+        let source = std::fs::read_to_string(policies.join(format!("{name}.rego")))?;
+        policy_call("put", json!({"name": name, "level": level, "source": source})).await?;
     }
-    let http_plan = median(samples);
+    let http_plan_policies = http_plans(|plan| plan["policy"]["verdicts"].is_array()).await?;
+    for (name, _) in example_policies {
+        policy_call("delete", json!({"name": name})).await?;
+    }
 
     // Module plugins (SPEC §10): an estate of as many objects, half of them reservations
     // (the example plugin's kind), applied, then planned over HTTP with every
@@ -568,6 +613,8 @@ async fn run(args: Args) -> Result<()> {
         "wasm_over_native": wasm_plan.as_secs_f64() / native_plan.as_secs_f64(),
         "instantiate_us_p50": instantiate.as_secs_f64() * 1e6,
         "http_plan_ms_p50": ms(http_plan),
+        "http_plan_policies_ms_p50": ms(http_plan_policies),
+        "policies_over_plan": http_plan_policies.as_secs_f64() / http_plan.as_secs_f64(),
         "http_plan_plugins_ms_p50": ms(http_plan_plugins),
         "http_plan_plugins_checked_ms_p50": ms(http_plan_plugins_checked),
         "plugin_objects_planned": reservations,
@@ -608,6 +655,7 @@ async fn run(args: Args) -> Result<()> {
         "target <= 10 us",
     );
     row("plan over HTTP (p50)", format!("{:.1} ms", ms(http_plan)), "target <= 40 ms");
+    row("plan, five policies (p50)", format!("{:.1} ms", ms(http_plan_policies)), "target <= 1.5x plan over HTTP");
     row(
         "plan, half plugin objects",
         format!("{:.1} ms", ms(http_plan_plugins)),

@@ -52,6 +52,8 @@ pub struct Config {
     pub plugins: Vec<PathBuf>,
     /// What one run of a plugin's check may use.
     pub plugin_budget: Budget,
+    /// The deployment's policies (SPEC §14), `LEVEL:FILE.rego` each, loaded at start.
+    pub policies: Vec<String>,
 }
 
 impl Config {
@@ -72,6 +74,7 @@ impl Config {
             tls: None,
             plugins: Vec::new(),
             plugin_budget: crate::plugins::default_budget(),
+            policies: Vec::new(),
         }
     }
 
@@ -119,6 +122,7 @@ impl App {
         let metrics = Metrics::new();
         let cache_dir = config.cache_dir.as_deref();
         let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
+        let policies = crate::policies::Deployment::load(&config.policies)?;
         let catalog = Arc::new(plugins.catalog().clone());
         {
             let conn = db.get()?;
@@ -145,6 +149,7 @@ impl App {
         fleet::register(&mut registry, &catalog);
         events::register(&mut registry);
         crate::audit::register(&mut registry);
+        crate::policies::register(&mut registry, &policies);
         let (events, _) = broadcast::channel(64);
         if let Some(listener) = db.listener() {
             let events = events.clone();
@@ -152,7 +157,8 @@ impl App {
                 let _ = events.send(());
             });
         }
-        let state = Arc::new(planner::state::Reader::new(modules.clone(), config.state_cache_bytes, metrics.clone()));
+        let state =
+            Arc::new(planner::state::Reader::new(modules.clone(), policies, config.state_cache_bytes, metrics.clone()));
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let registry = Arc::new(registry);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());

@@ -9,7 +9,8 @@
 //! - `planner`: the sandbox that runs the planner component, and its imports;
 //! - `db`: SQLite, migrations and transactions.
 //!
-//! `app` is the composition root that builds them; `audit` and `metrics` are read and
+//! `app` is the composition root that builds them; `policies` keeps the guardrails the
+//! planner judges plans by (SPEC §14); `audit` and `metrics` are read and
 //! written from every layer. The `fleet` binary (`bin/fleet`) parses flags, runs the
 //! server or the admin commands, and holds the operator client.
 
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod modules;
 pub mod planner;
 pub mod plugins;
+pub mod policies;
 
 use std::future::Future;
 use std::sync::Arc;

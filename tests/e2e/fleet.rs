@@ -118,12 +118,17 @@ fn apply_authorizes_every_call_as_the_caller() {
     let server = Server::start(&[]);
     server.tenant("acme");
     let admin_only = server.token("acme", "ci-bot", &[ADMIN]);
+    // The plan says what the caller may not do (SPEC §14), and apply refuses it.
     let plan = server.ok(&admin_only, "fleet/plan", json!({"document": estate()}));
-    assert_eq!(plan["summary"]["create"], 6);
+    assert_eq!((plan["summary"]["create"].as_u64(), plan["summary"]["blocked"].as_u64()), (Some(0), Some(6)));
+    assert_eq!(plan["blocked"][0]["reason"], "not permitted: compute:sites:write @ compute-sites");
     let (status, body) = server.call(&admin_only, "fleet/apply", json!({"document": estate()}));
-    assert_eq!((status, code(&body)), (403, "PERMISSION_DENIED"));
-    assert_eq!(body["error"]["details"]["permission"], "compute:sites:write");
-    assert_eq!(body["error"]["details"]["scope"], "compute-sites");
+    assert_eq!((status, code(&body)), (409, "INVALID_STATE"));
+    assert_eq!(body["error"]["details"]["blocked"], plan["blocked"]);
+    // One module's grant lets that module's changes through, and only them.
+    let sites = server.token("acme", "sites", &[ADMIN, "compute:sites:write @ compute-sites"]);
+    let plan = server.ok(&sites, "fleet/plan", json!({"document": estate()}));
+    assert_eq!((plan["summary"]["create"].as_u64(), plan["summary"]["blocked"].as_u64()), (Some(1), Some(5)));
 
     let reader = server.token("acme", "reader", &["compute:*:read @ *"]);
     assert_eq!(counts(&server, &reader), [0; 6]);
@@ -410,7 +415,8 @@ fn the_preview_snapshot_lets_another_host_plan_byte_for_byte() {
     let token = server.tenant_with_token("acme");
     server.ok(&token, "fleet/apply", json!({"document": estate()}));
     let snapshot = server.ok(&token, "preview/snapshot", json!({}));
-    assert_eq!(snapshot["caller"], json!({"tenant": "acme", "principal": "alice"}));
+    // The caller's grants come with it: another host blocks what the caller may not do.
+    assert_eq!(snapshot["caller"], json!({"tenant": "acme", "principal": "alice", "grants": ["compute:*:* @ *"]}));
     assert_eq!(snapshot["pools"].as_array().unwrap().len(), 1);
     assert_eq!(snapshot["bindings"].as_array().unwrap().len(), 5);
 

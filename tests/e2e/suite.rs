@@ -9,6 +9,7 @@ mod edge_host;
 mod faults;
 mod fleet;
 mod foundation;
+mod guardrails;
 mod hardening;
 mod modules;
 mod observability;

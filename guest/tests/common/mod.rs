@@ -10,7 +10,7 @@ use fleet_guest::{Binding, Caller, Catalog, Error, ErrorCode, Host, Snapshot};
 use serde_json::{Map, Value, json};
 
 pub fn caller() -> Caller {
-    Caller { tenant: "acme".into(), principal: "alice".into() }
+    Caller { tenant: "acme".into(), principal: "alice".into(), grants: None }
 }
 
 pub fn empty_snapshot() -> Snapshot {

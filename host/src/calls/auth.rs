@@ -21,6 +21,17 @@ pub struct Caller {
     pub grants: Vec<Grant>,
 }
 
+impl Caller {
+    /// The caller as the planner sees it: who, and what they may do (SPEC §14).
+    pub fn for_planner(&self) -> fleet_guest::Caller {
+        fleet_guest::Caller {
+            tenant: self.tenant.clone(),
+            principal: self.principal.clone(),
+            grants: Some(self.grants.iter().map(Grant::to_string).collect()),
+        }
+    }
+}
+
 /// `PERMISSION @ SCOPE`, e.g. `compute:fleet:admin @ compute-fleet`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {

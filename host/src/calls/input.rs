@@ -51,6 +51,11 @@ impl Input {
         value
     }
 
+    /// A required field's value as it came, for a caller that checks it itself.
+    pub fn take_value(&mut self, field: &str) -> Option<Value> {
+        self.take(field, true)
+    }
+
     pub fn string(&mut self, field: &str, required: bool) -> Option<String> {
         match self.take(field, required)? {
             Value::String(text) => Some(text),

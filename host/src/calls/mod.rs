@@ -32,7 +32,7 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body:
                 MethodKind::Read => Tx::Read,
                 MethodKind::Mutation => Tx::Write(&caller.tenant),
             };
-            let input = parse_body(body)?;
+            let input = parse_body_with(body, method.multiline)?;
             let result = db::transaction(&db, mode, |db| handler(&Ctx { caller: &caller, db, via: Via::Api }, input));
             if result.is_ok() && method.kind == MethodKind::Mutation {
                 let _ = app.events.send(());
@@ -52,11 +52,16 @@ pub fn dispatch(app: &Arc<App>, caller: Caller, db: Conn, method: &Method, body:
 /// An empty body (no bytes at all) means `{}`. Read strictly (SPEC §2): a duplicate key or a control
 /// character is `INVALID_ARGUMENT`.
 pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    parse_body_with(body, &[])
+}
+
+/// [`parse_body`], with top-level `multiline` fields that may hold line breaks and tabs.
+pub fn parse_body_with(body: &[u8], multiline: &[&str]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
     let text = std::str::from_utf8(body).map_err(|_| {
         ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
     })?;
-    fleet_guest::json::parse(text).map_err(ApiError::invalid)
+    fleet_guest::json::parse_multiline(text, multiline).map_err(ApiError::invalid)
 }

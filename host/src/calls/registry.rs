@@ -104,6 +104,8 @@ pub struct Method {
     /// JSON Schemas of the request and response, where known.
     pub input: Option<Value>,
     pub output: Option<Value>,
+    /// Top-level string fields that may hold line breaks and tabs (a policy's source).
+    pub multiline: &'static [&'static str],
     pub run: Run,
 }
 
@@ -130,6 +132,7 @@ impl Method {
             summary: String::new(),
             input: None,
             output: None,
+            multiline: &[],
             run,
         }
     }
@@ -153,6 +156,12 @@ impl Method {
     pub fn permission(mut self, permission: &str, scope: &str) -> Method {
         self.permission = permission.into();
         self.scope = scope.into();
+        self
+    }
+
+    /// Lets the named top-level fields hold line breaks and tabs (source text).
+    pub fn multiline(mut self, fields: &'static [&'static str]) -> Method {
+        self.multiline = fields;
         self
     }
 

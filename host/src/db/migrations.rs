@@ -29,6 +29,7 @@ history!(
     "0010_drift_schedule",
     "0011_generations_per_statement",
     "0012_drift_schedule_order",
+    "0013_policies",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -354,11 +354,15 @@ pub fn drift_now(app: &Arc<App>, tenant: &str) -> Result<Option<Value>, ApiError
     Ok(drifted(&plan).then_some(plan))
 }
 
-/// The applied document planned again, as the principal who applied it.
+/// The applied document planned again, as the principal who applied it. The check asks
+/// what would converge the estate, not what its applier may do now: it plans with every
+/// grant, so that no change is blocked at plan time for a permission (SPEC §14). It only
+/// ever plans.
 fn replan(app: &Arc<App>, applied: &Applied) -> Result<Value, ApiError> {
     let document: Value = serde_json::from_str(&applied.document).map_err(ApiError::internal)?;
     let request = json!({ "document": document, "prune": applied.prune }).to_string();
-    let caller = Caller { tenant: applied.tenant.clone(), principal: applied.principal.clone(), grants: Vec::new() };
+    let every = crate::calls::auth::Grant::parse("compute:*:* @ *").map_err(ApiError::internal)?;
+    let caller = Caller { tenant: applied.tenant.clone(), principal: applied.principal.clone(), grants: vec![every] };
     serde_json::from_str(&run_planner(app, caller, app.db.get()?, Entry::Plan, &request)?).map_err(ApiError::internal)
 }
 

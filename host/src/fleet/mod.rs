@@ -20,7 +20,7 @@ use crate::app::App;
 use crate::calls::auth::Caller;
 use crate::calls::input::Input;
 use crate::calls::parse_body;
-use crate::calls::registry::{Method, MethodKind, Registry};
+use crate::calls::registry::{Ctx, Method, MethodKind, Registry, Via};
 use crate::db::{self, Conn};
 use crate::params;
 use crate::planner::{Apply, Entry, Session, Source};
@@ -81,6 +81,159 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
                         "properties": {"descriptor": {"type": "object"}, "digest": {"type": "string"}}}}}}),
             ),
     );
+    // For hosts of the planner without plugin components (the edge, SPEC §11): a plugin
+    // kind's check, run here in the plugin's own sandbox, as a plan here would run it.
+    registry.register(
+        Method::planner("preview", "check", MethodKind::Read, Arc::new(check))
+            .phase("v0.3")
+            .summary("Runs a plugin kind's check on objects, as a plan would: for hosts of the planner that run no plugins, such as the edge.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "required": ["kind", "subjects"], "properties": {
+                    "kind": {"type": "string"},
+                    "subjects": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+                        "required": ["object"], "properties": {
+                            "object": {"type": "object"}, "previous": {"type": ["object", "null"]},
+                            "references": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+                                "required": ["field", "object"],
+                                "properties": {"field": {"type": "string"}, "object": {"type": "object"}}}}}}}}}),
+                json!({"type": "object", "required": ["problems"], "properties": {
+                    "problems": {"type": "array", "items": {"type": "object", "properties": {
+                        "subject": {"type": "integer"}, "path": {"type": "string"}, "message": {"type": "string"}}}}}}),
+            ),
+    );
+}
+
+/// Runs a plugin kind's check for another host of the planner. The objects come as
+/// JSON objects of the kinds (a reference's of the kind it references); each is checked
+/// against its descriptor and written as the planner writes it for a check (every field,
+/// defaults filled in), so the plugin sees exactly what a plan here would give it.
+fn check(app: Arc<App>, _caller: Caller, _db: Conn, body: &str) -> Result<String, ApiError> {
+    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+    let kind = input.string("kind", true);
+    let subjects = input.take_value("subjects");
+    input.finish()?;
+    let kind = kind.unwrap_or_default();
+    let plugin = app
+        .plugins
+        .by_kind(&kind)
+        .ok_or_else(|| ApiError::not_found(format!("no plugin of this deployment serves the kind {kind:?}")))?;
+    let catalog = &app.modules.catalog;
+    let mut problems = Vec::new();
+    let mut checked = Vec::new();
+    let subjects = match subjects {
+        Some(Value::Array(subjects)) => subjects,
+        _ => {
+            let problem =
+                crate::api::Problem { path: "/subjects".into(), message: "must be an array of subjects".into() };
+            return Err(ApiError::invalid(vec![problem]));
+        }
+    };
+    for (index, subject) in subjects.iter().enumerate() {
+        let at = |rest: &[&str]| {
+            let mut tokens = vec!["subjects".to_owned(), index.to_string()];
+            tokens.extend(rest.iter().map(|token| (*token).to_owned()));
+            fleet_guest::json::pointer(&tokens)
+        };
+        let Some(members) = subject.as_object() else {
+            problems.push(crate::api::Problem { path: at(&[]), message: "must be an object".into() });
+            continue;
+        };
+        for name in members.keys().filter(|name| !matches!(name.as_str(), "object" | "previous" | "references")) {
+            problems.push(crate::api::Problem { path: at(&[name]), message: "unknown field".into() });
+        }
+        let object = subject_object(plugin.kind, members.get("object"), &at(&["object"]), &mut problems);
+        let previous = match members.get("previous") {
+            None | Some(Value::Null) => None,
+            previous => subject_object(plugin.kind, previous, &at(&["previous"]), &mut problems),
+        };
+        let mut references = Vec::new();
+        let listed = match members.get("references") {
+            None => &Vec::new(),
+            Some(Value::Array(listed)) => listed,
+            Some(_) => {
+                problems.push(crate::api::Problem { path: at(&["references"]), message: "must be an array".into() });
+                continue;
+            }
+        };
+        for (position, reference) in listed.iter().enumerate() {
+            let here = at(&["references", &position.to_string()]);
+            let field = reference["field"].as_str().unwrap_or_default();
+            let target = plugin.kind.position(field).and_then(|field| match plugin.kind.fields[field].ty {
+                fleet_guest::kinds::FieldType::Ref(target) => catalog.by_kind(target).map(|target| catalog.get(target)),
+                _ => None,
+            });
+            let Some(target) = target else {
+                let message = format!("field must name a reference field of {kind}");
+                problems.push(crate::api::Problem { path: format!("{here}/field"), message });
+                continue;
+            };
+            let unknown = reference
+                .as_object()
+                .is_some_and(|members| members.keys().any(|name| !matches!(name.as_str(), "field" | "object")));
+            if unknown || !reference.is_object() {
+                let message = "must be an object {\"field\", \"object\"}".to_owned();
+                problems.push(crate::api::Problem { path: here.clone(), message });
+                continue;
+            }
+            if let Some(object) =
+                subject_object(target, reference.get("object"), &format!("{here}/object"), &mut problems)
+            {
+                references.push((field.to_owned(), object));
+            }
+        }
+        if let Some(object) = object {
+            checked.push(fleet_guest::plugins::Subject { object, previous, references });
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid(problems));
+    }
+    Ok(json!({ "problems": plugin.check(checked)? }).to_string())
+}
+
+/// An object of `kind` as a check reads it, from its JSON form: its identity and fields
+/// of their types, absent ones at their defaults; `None` (and the problems) otherwise.
+fn subject_object(
+    kind: &fleet_guest::Descriptor,
+    value: Option<&Value>,
+    path: &str,
+    problems: &mut Vec<crate::api::Problem>,
+) -> Option<String> {
+    let mut problem = |at: String, message: String| problems.push(crate::api::Problem { path: at, message });
+    let Some(Value::Object(members)) = value else {
+        problem(path.to_owned(), format!("must be an object of the kind {}", kind.kind));
+        return None;
+    };
+    let mut values: Vec<fleet_guest::Value> =
+        kind.fields.iter().map(|field| fleet_guest::Value::default_of(field.ty)).collect();
+    let mut id = String::new();
+    let mut valid = true;
+    for (name, member) in members {
+        let at = format!("{path}/{}", fleet_guest::json::pointer(&[name]).trim_start_matches('/'));
+        if name == kind.identity_name() {
+            match member.as_str() {
+                Some(text) => id = text.to_owned(),
+                None => {
+                    problem(at, "must be a string".into());
+                    valid = false;
+                }
+            }
+            continue;
+        }
+        let Some(position) = kind.position(name) else {
+            problem(at, format!("{} has no field {name}", kind.kind));
+            valid = false;
+            continue;
+        };
+        match fleet_guest::Value::from_json(member).filter(|found| found.fits(kind.fields[position].ty)) {
+            Some(found) => values[position] = found,
+            None => {
+                problem(at, "is not a value of the field's type".into());
+                valid = false;
+            }
+        }
+    }
+    valid.then(|| fleet_guest::plugins::object_json(kind, &id, |position| &values[position]))
 }
 
 /// What a client sends as `Accept` on export or plan to get, instead, the state that
@@ -149,15 +302,21 @@ fn request_schema(catalog: &Catalog, apply: bool) -> Value {
         "document": fleet_config_schema(catalog), "prune": {"type": "boolean", "default": false}}});
     if apply {
         schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
+        schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
+            "additionalProperties": false, "required": ["policy", "reason"], "properties": {
+                "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
+                "reason": {"type": "string", "minLength": 1, "maxLength": 1000,
+                           "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"}}}});
     }
     schema
 }
 
 fn plan_schema() -> Value {
-    let counts: Map<String, Value> = ["create", "update", "delete", "archive", "restore", "unchanged", "blocked"]
-        .into_iter()
-        .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
-        .collect();
+    let counts: Map<String, Value> =
+        ["create", "update", "delete", "archive", "restore", "unchanged", "blocked", "denied", "warnings"]
+            .into_iter()
+            .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
+            .collect();
     json!({"type": "object", "properties": {
         "changes": {"type": "array", "items": {"type": "object", "properties": {
             "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore"]},
@@ -173,6 +332,12 @@ fn plan_schema() -> Value {
         "leftAlone": {"type": "array", "items": {"type": "object", "required": ["kind", "key", "action"], "properties": {
             "kind": {"type": "string"}, "key": {"type": "string"}, "id": {"type": "string"},
             "action": {"type": "string", "enum": ["delete", "archive"]}}}},
+        "policy": {"type": "object", "required": ["digest", "verdicts"], "properties": {
+            "digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+            "verdicts": {"type": "array", "items": {"type": "object", "required": ["policy", "level", "rule", "message"],
+                "properties": {"policy": {"type": "string"}, "level": {"type": "string", "enum": ["advisory", "mandatory", "enforced"]},
+                    "rule": {"type": "string", "enum": ["deny", "warn"]}, "kind": {"type": "string"},
+                    "key": {"type": "string"}, "message": {"type": "string"}}}}}},
         "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
 }
 
@@ -207,6 +372,10 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     let recorded = result.and_then(|output| {
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
         if let Some(apply) = &session.methods {
+            let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
+            let overrides: Vec<(String, String)> =
+                applied.overrides.iter().map(|item| (item.policy.to_string(), item.reason.to_string())).collect();
+            crate::policies::record_overrides(&ctx, &overrides)?;
             apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
             crate::audit::write_pending(&session.db, &apply.deferred, &applied.plan.plan_hash)?;
         }
@@ -229,6 +398,17 @@ struct Applied<'a> {
     #[serde(borrow)]
     plan: AppliedPlan<'a>,
     applied: u64,
+    /// The overrides that let the plan's denials through (SPEC §14).
+    #[serde(borrow, default)]
+    overrides: Vec<AppliedOverride<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedOverride<'a> {
+    #[serde(borrow)]
+    policy: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    reason: std::borrow::Cow<'a, str>,
 }
 
 #[derive(serde::Deserialize)]

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::app::{App, Config};
+use crate::calls::auth::Grant;
 
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
@@ -43,7 +44,10 @@ fn golden_plans_match_through_the_component() {
         let caller = Caller {
             tenant: snapshot.caller.tenant.clone(),
             principal: snapshot.caller.principal.clone(),
-            grants: Vec::new(),
+            grants: match &snapshot.caller.grants {
+                Some(grants) => grants.iter().map(|grant| Grant::parse(grant).expect("a grant")).collect(),
+                None => every_grant(),
+            },
         };
         let native = fleet_guest::plan(&snapshot, &request);
         let session =
@@ -71,13 +75,14 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
     for depth in [120, 127, 1_000, 100_000] {
         let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
-        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };
+        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant() };
         let session = Session {
             caller: caller.clone(),
             db: app.db.get().unwrap(),
             source: Source::Snapshot(Box::new(Snapshot::empty(fleet_guest::Caller {
                 tenant: caller.tenant,
                 principal: caller.principal,
+                grants: None,
             }))),
             methods: None,
         };
@@ -96,9 +101,9 @@ fn the_planner_runs_out_of_memory_cleanly() {
     let budget = Budget { cpu: Duration::from_secs(30), memory_bytes: 4 << 20 };
     let sandbox = Sandbox::new(PLANNER, budget, app.config.cache_dir.as_deref(), app.metrics.clone()).unwrap();
     let plan = |document: Value| {
-        let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into() };
+        let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None };
         let session = Session {
-            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() },
+            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant() },
             db: app.db.get().unwrap(),
             source: Source::Snapshot(Box::new(Snapshot::empty(caller))),
             methods: None,
@@ -110,4 +115,10 @@ fn the_planner_runs_out_of_memory_cleanly() {
     assert!(error.message.contains("memory"), "{error}");
     let small = plan(crate::demo::document()).unwrap();
     assert!(small.contains("planHash"), "{small}");
+}
+
+/// What a golden case's caller may do when its state says nothing: everything, as the
+/// native planner plans without grants.
+fn every_grant() -> Vec<Grant> {
+    vec![Grant::parse("compute:*:* @ *").expect("a grant")]
 }

@@ -28,8 +28,13 @@ impl types::Host for Guest {}
 
 impl state::Host for Guest {
     fn current_caller(&mut self) -> wasmtime::Result<types::Caller> {
-        let caller = &self.session.caller;
-        Ok(types::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() })
+        let caller = self.session.caller.for_planner();
+        Ok(types::Caller { tenant: caller.tenant, principal: caller.principal, grants: caller.grants })
+    }
+
+    fn judging(&mut self, policy: String) -> wasmtime::Result<()> {
+        self.judging = Some(policy).filter(|policy| !policy.is_empty());
+        Ok(())
     }
 
     fn snapshot(&mut self) -> wasmtime::Result<Vec<u8>> {

@@ -140,6 +140,8 @@ pub struct Guest {
     limits: Limits,
     plugins: Arc<Plugins>,
     clock: Clock,
+    /// The policy the planner said it runs (SPEC §14): a budget exhausted now is its.
+    judging: Option<String>,
 }
 
 /// Where a call's time goes: the CPU budget counts what is not spent in host imports.
@@ -262,7 +264,7 @@ impl Sandbox {
         metrics.sandbox_instances.inc();
         let limits = Limits { memory_bytes: self.budget.memory_bytes, exhausted: false };
         let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
-        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock };
+        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock, judging: None };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
         // The epoch also advances while the host works in an import: when the deadline
@@ -283,6 +285,7 @@ impl Sandbox {
             }
         });
         let exhausted = store.data().limits.exhausted;
+        let judging = store.data().judging.clone();
         let guest_time = store.data().clock.guest();
         let session = store.into_data().session;
         // A result is bounded by the memory budget: it was built in the guest's memory.
@@ -293,7 +296,11 @@ impl Sandbox {
             },
             Ok(Err(error)) => Err(from_wit_error(error)),
             Err(trap) => {
-                let error = trap_error(&trap, exhausted, entry);
+                let mut error = trap_error(&trap, exhausted, entry);
+                if let (Code::ResourceExhausted, Some(policy)) = (error.code, &judging) {
+                    error.message = format!("{} while the policy {policy} ran", error.message);
+                    error.details = Some(serde_json::json!({ "policy": policy }));
+                }
                 match (error.code, exhausted) {
                     (_, true) => metrics.exhausted(Exhausted::Memory),
                     (Code::ResourceExhausted, false) if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
@@ -423,6 +430,7 @@ fn from_wit_error(error: types::Error) -> ApiError {
         W::FailedPrecondition => Code::FailedPrecondition,
         W::InvalidState => Code::InvalidState,
         W::ConfigDrift => Code::ConfigDrift,
+        W::PolicyDenied => Code::PolicyDenied,
         W::PayloadTooLarge => Code::PayloadTooLarge,
         W::ResourceExhausted => Code::ResourceExhausted,
         W::Unsupported => Code::Unsupported,
@@ -448,6 +456,7 @@ pub(crate) fn into_wit_error(error: ApiError) -> types::Error {
         Code::FailedPrecondition => W::FailedPrecondition,
         Code::InvalidState => W::InvalidState,
         Code::ConfigDrift => W::ConfigDrift,
+        Code::PolicyDenied => W::PolicyDenied,
         Code::PayloadTooLarge => W::PayloadTooLarge,
         Code::ResourceExhausted => W::ResourceExhausted,
         Code::Unsupported => W::Unsupported,

@@ -16,18 +16,21 @@ use crate::calls::auth::Caller;
 use crate::fleet::bindings;
 use crate::metrics::Metrics;
 use crate::modules::{Modules, store};
+use crate::policies::Deployment;
 
 /// The tenants' states for the planner, each kept encoded at the generation it was read
 /// at (docs/decisions/0010).
 pub struct Reader {
     pub modules: Arc<Modules>,
+    /// The deployment's policies, in force for every tenant beside its own.
+    pub policies: Deployment,
     cache: Cache<Vec<u8>>,
 }
 
 impl Reader {
     /// A reader of the modules that run, keeping at most `capacity` bytes of states.
-    pub fn new(modules: Arc<Modules>, capacity: usize, metrics: Metrics) -> Reader {
-        Reader { modules, cache: Cache::new("state", capacity, metrics) }
+    pub fn new(modules: Arc<Modules>, policies: Deployment, capacity: usize, metrics: Metrics) -> Reader {
+        Reader { modules, policies, cache: Cache::new("state", capacity, metrics) }
     }
 
     /// The state encoding of the tenant, as of the transaction `db` is in.
@@ -36,7 +39,7 @@ impl Reader {
         if let Some(state) = self.cache.get(tenant, generation) {
             return Ok(state);
         }
-        let state = encode(&self.modules, db, tenant)?;
+        let state = encode(&self.modules, &self.policies, db, tenant)?;
         let bytes = state.len();
         Ok(self.cache.put(tenant, generation, state, bytes))
     }
@@ -46,13 +49,13 @@ impl Reader {
     pub fn snapshot(&self, db: &Conn, caller: &Caller) -> Result<Snapshot, ApiError> {
         let state = self.encode(db, &caller.tenant)?;
         let mut snapshot = fleet_guest::state::decode(&self.modules.catalog, &state)?;
-        snapshot.caller = fleet_guest::Caller { tenant: caller.tenant.clone(), principal: caller.principal.clone() };
+        snapshot.caller = caller.for_planner();
         Ok(snapshot)
     }
 }
 
-/// The state encoding of the tenant's objects and bindings.
-pub fn encode(modules: &Modules, db: &Conn, tenant: &str) -> Result<Vec<u8>, ApiError> {
+/// The state encoding of the tenant's objects, bindings and the policies in force.
+pub fn encode(modules: &Modules, policies: &Deployment, db: &Conn, tenant: &str) -> Result<Vec<u8>, ApiError> {
     let mut state = StateWriter::new();
     state.modules(modules.running().map(|kind| kind.kind));
     for kind in modules.running() {
@@ -60,5 +63,6 @@ pub fn encode(modules: &Modules, db: &Conn, tenant: &str) -> Result<Vec<u8>, Api
     }
     let bindings = bindings::all(db, tenant)?;
     state.bindings(bindings.iter().map(|binding| (&*binding.kind, &*binding.name, &*binding.id)));
+    state.policies(&crate::policies::in_force(policies, db, tenant)?);
     Ok(state.finish())
 }

@@ -13,7 +13,8 @@ use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-/// Exit codes: `plan` 0 = no changes, 2 = changes, 3 = blocked; any error 1.
+/// Exit codes: `plan` 0 = no changes, 2 = changes, 3 = blocked or denied by policies;
+/// any error 1.
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_CHANGES: u8 = 2;
@@ -229,6 +230,9 @@ pub fn report(error: &CliError, file: Option<&Path>) {
         for blocked in details["blocked"].as_array().into_iter().flatten() {
             eprintln!("  {prefix}{}", blocked_line(blocked));
         }
+        for verdict in details["verdicts"].as_array().into_iter().flatten() {
+            eprintln!("  {}", verdict_line(verdict));
+        }
         if let (Some(expected), Some(actual)) = (details["expected"].as_str(), details["actual"].as_str()) {
             eprintln!(
                 "  expected plan {expected}\n  current plan  {actual}\n  the estate moved since the plan was made: plan again"
@@ -298,6 +302,22 @@ pub fn render_plan(plan: &Value) -> String {
         let style = style_for("!");
         out.push_str(&format!("\n{style}Blocked{style:#}: apply refuses this plan until the ! lines are resolved.\n"));
     }
+    let verdicts = plan["policy"]["verdicts"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if !verdicts.is_empty() {
+        out.push('\n');
+    }
+    for verdict in verdicts {
+        let line = verdict_line(verdict);
+        let style = style_for(&line);
+        out.push_str(&format!("  {style}{line}{style:#}\n"));
+    }
+    if plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 {
+        let style = style_for("!");
+        out.push_str(&format!(
+            "\n{style}Denied{style:#}: apply refuses this plan; only mandatory policies can be overridden \
+             (fleet apply --override POLICY=REASON).\n"
+        ));
+    }
     for line in left_alone_lines(left_alone) {
         out.push_str(&format!("\n{line}"));
     }
@@ -313,8 +333,76 @@ pub fn render_plan(plan: &Value) -> String {
         number("unchanged"),
         number("blocked")
     ));
+    if let (Some(denied), Some(warnings)) = (summary["denied"].as_u64(), summary["warnings"].as_u64()) {
+        out.push_str(&format!(
+            "Policies: {} denied, {} ({}).\n",
+            denied,
+            plural(warnings as usize, "warning"),
+            printable(&plan["policy"]["digest"])
+        ));
+    }
     out.push_str(&format!("Plan hash: {}\n", printable(&plan["planHash"])));
     out
+}
+
+/// `fleet policy eval`: the verdicts `files` give on a plan saved by `fleet plan --out`,
+/// planned again offline on the state saved with it, with these policies in force
+/// instead of the server's (each as mandatory). Exit code 3 when they deny it.
+pub fn policy_eval(files: &[PathBuf], saved: &Path, raw: bool) -> Result<u8, CliError> {
+    let saved_plan = read_document(saved)?;
+    let not_saved =
+        |what: &str| CliError::Input(format!("{}: not a plan saved by `fleet plan --out` ({what})", saved.display()));
+    let state = saved_plan.get("state").ok_or_else(|| not_saved("no state; save it again with this fleet"))?;
+    if state["plugins"].as_array().is_some_and(|plugins| !plugins.is_empty()) {
+        return Err(CliError::Input(
+            "the saved state has plugin kinds, whose checks only their server runs; evaluate against a plan              without plugin kinds"
+                .into(),
+        ));
+    }
+    let mut snapshot = fleet_guest::Snapshot::from_json(&fleet_guest::Catalog::built_in(), state)
+        .map_err(|error| not_saved(&error.message))?;
+    snapshot.policies = files
+        .iter()
+        .map(|file| {
+            let source = std::fs::read_to_string(file)
+                .map_err(|error| CliError::Input(format!("{}: {error}", file.display())))?;
+            let name = file.file_stem().and_then(|stem| stem.to_str()).unwrap_or_default().to_owned();
+            fleet_guest::policy::compile(&name, &source)
+                .map_err(|problem| CliError::Input(format!("{}: {problem}", file.display())))?;
+            Ok(fleet_guest::Policy { name, level: fleet_guest::Level::Mandatory, source })
+        })
+        .collect::<Result<_, CliError>>()?;
+    let request = json!({"document": saved_plan["document"], "prune": saved_plan["prune"].as_bool().unwrap_or(false)});
+    let plan = fleet_guest::plan(&snapshot, &request.to_string())
+        .map_err(|error| CliError::Input(format!("the saved plan cannot be planned again: {error}")))?;
+    let plan: Value = serde_json::from_str(&plan).map_err(|error| CliError::Input(error.to_string()))?;
+    if raw {
+        print_json(&plan["policy"])?;
+    } else {
+        for verdict in plan["policy"]["verdicts"].as_array().into_iter().flatten() {
+            println!("{}", verdict_line(verdict));
+        }
+        let number = |name: &str| plan["summary"][name].as_u64().unwrap_or_default() as usize;
+        println!("{} denied, {}.", number("denied"), plural(number("warnings"), "warning"));
+    }
+    Ok(if plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 { EXIT_BLOCKED } else { EXIT_OK })
+}
+
+/// `! policy NAME: message (kind key)` for a denial, `?` for a warning (an advisory
+/// policy's denial is one).
+fn verdict_line(verdict: &Value) -> String {
+    let denies = verdict["rule"] == "deny" && verdict["level"] != "advisory";
+    let object = match (verdict["kind"].as_str(), verdict["key"].as_str()) {
+        (Some(kind), Some(key)) => format!(" ({} {})", escape_controls(kind), escape_controls(key)),
+        (Some(only), None) | (None, Some(only)) => format!(" ({})", escape_controls(only)),
+        (None, None) => String::new(),
+    };
+    format!(
+        "{} policy {}: {}{object}",
+        if denies { "!" } else { "?" },
+        printable(&verdict["policy"]),
+        printable(&verdict["message"])
+    )
 }
 
 /// The heading of a kind's changes, as the browser preview has it: `Provider accounts`.
@@ -495,7 +583,7 @@ fn has(plan: &Value, list: &str) -> bool {
 }
 
 fn plan_exit_code(plan: &Value) -> u8 {
-    if has(plan, "blocked") {
+    if has(plan, "blocked") || plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 {
         EXIT_BLOCKED
     } else if has(plan, "calls") {
         EXIT_CHANGES
@@ -508,7 +596,9 @@ pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: 
     let document = read_fleet_config(file)?;
     let plan = client.call("fleet/plan", &json!({"document": document, "prune": prune}))?;
     if let Some(out) = out {
-        write_document(out, &json!({"document": document, "prune": prune, "plan": plan}))?;
+        // The state it was planned on too, for `fleet policy eval` to judge offline.
+        let state = client.call("preview/snapshot", &json!({}))?;
+        write_document(out, &json!({"document": document, "prune": prune, "plan": plan, "state": state}))?;
     }
     if raw {
         print_json(&plan)?;
@@ -540,19 +630,44 @@ pub enum Confirm {
     Ask,
 }
 
-pub fn apply(client: &Client, source: &ApplySource, raw: bool, confirm: Confirm) -> Result<u8, CliError> {
+/// `--override POLICY=REASON` arguments as the apply request's `overrides`.
+pub fn overrides(arguments: &[String]) -> Result<Value, CliError> {
+    let overrides: Result<Vec<Value>, CliError> = arguments
+        .iter()
+        .map(|argument| match argument.split_once('=') {
+            Some((policy, reason)) if !policy.is_empty() && !reason.trim().is_empty() => {
+                Ok(json!({"policy": policy, "reason": reason}))
+            }
+            _ => Err(CliError::Input(format!("--override {argument:?} is not POLICY=REASON (a reason is required)"))),
+        })
+        .collect();
+    Ok(Value::Array(overrides?))
+}
+
+pub fn apply(
+    client: &Client,
+    source: &ApplySource,
+    overrides: &Value,
+    raw: bool,
+    confirm: Confirm,
+) -> Result<u8, CliError> {
     // Whether the plan was already shown, before asking.
     let mut shown = false;
+    let overridden = overrides.as_array().is_some_and(|overrides| !overrides.is_empty());
     let applied = match source {
-        ApplySource::SavedPlan(file) => apply_saved(client, file)?,
+        ApplySource::SavedPlan(file) => apply_saved(client, file, overrides)?,
         ApplySource::Document { file, prune, plan_hash } => {
             let mut request = json!({"document": read_fleet_config(file)?, "prune": prune});
+            if overridden {
+                request["overrides"] = overrides.clone();
+            }
             if let Some(hash) = plan_hash {
                 request["planHash"] = json!(hash);
             } else if confirm == Confirm::Ask {
                 // Show the plan, ask, and apply exactly what was shown.
-                let plan = client.call("fleet/plan", &request)?;
-                if has(&plan, "calls") && !has(&plan, "blocked") {
+                let plan = client.call("fleet/plan", &json!({"document": request["document"], "prune": prune}))?;
+                let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
+                if has(&plan, "calls") && !has(&plan, "blocked") && (!denied || overridden) {
                     print!("{}", render_plan(&plan));
                     ask(&plan, &client.server())?;
                     shown = true;
@@ -620,13 +735,16 @@ fn explain_hash_mismatch(error: CliError, given: Option<&str>) -> CliError {
 
 /// Applies a plan saved by `fleet plan --out`, exactly: if the estate moved since, the
 /// server refuses it, and this says what moved.
-fn apply_saved(client: &Client, file: &Path) -> Result<Value, CliError> {
+fn apply_saved(client: &Client, file: &Path, overrides: &Value) -> Result<Value, CliError> {
     let saved = read_document(file)?;
     let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
         CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
     })?;
     let prune = saved["prune"].as_bool().unwrap_or(false);
-    let request = json!({"document": saved["document"], "prune": prune, "planHash": hash});
+    let mut request = json!({"document": saved["document"], "prune": prune, "planHash": hash});
+    if overrides.as_array().is_some_and(|overrides| !overrides.is_empty()) {
+        request["overrides"] = overrides.clone();
+    }
     match client.call("fleet/apply", &request) {
         Err(CliError::Api { code, .. }) if code == "CONFIG_DRIFT" => {
             let now = client.call("fleet/plan", &json!({"document": saved["document"], "prune": prune}))?;

@@ -42,6 +42,9 @@ enum Command {
     /// Module plugins (SPEC §10).
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Guardrails (SPEC §14): Rego policies, tested offline.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Writes the planner component this binary embeds (for other hosts, e.g. jco).
     Component {
         /// The file to write.
@@ -59,7 +62,7 @@ enum Command {
         #[arg(long, value_enum)]
         format: Option<client::Format>,
     },
-    /// Shows what applying a document would change. Exit code: 0 no changes, 2 changes, 3 blocked, 1 error.
+    /// Shows what applying a document would change. Exit code: 0 no changes, 2 changes, 3 blocked or denied, 1 error.
     Plan {
         #[command(flatten)]
         server: ServerArgs,
@@ -94,6 +97,10 @@ enum Command {
         /// Apply without asking. Without a terminal, apply refuses unless --yes or --plan.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Override a mandatory policy's denials, saying why (audited); repeat for more.
+        /// Nothing overrides an enforced policy.
+        #[arg(long = "override", value_name = "POLICY=REASON")]
+        overrides: Vec<String>,
         /// Print the result (the plan and the number of calls applied) as JSON.
         #[arg(long)]
         json: bool,
@@ -186,12 +193,42 @@ struct Serve {
     /// A module plugin to load (a component of wit/module); repeat for more.
     #[arg(long = "plugin", value_name = "FILE.wasm")]
     plugins: Vec<PathBuf>,
+    /// A deployment policy (SPEC §14): a Rego module judging every tenant's plans, at
+    /// a level (advisory, mandatory or enforced), named by the file's stem; repeat for
+    /// more.
+    #[arg(long = "policy", value_name = "LEVEL:FILE.rego")]
+    policies: Vec<String>,
     /// A plugin check's CPU budget per call.
     #[arg(long, default_value = "1s", value_parser = duration(LIMITS.cpu))]
     plugin_cpu: Duration,
     /// A plugin check's memory cap per call, in MiB (at most 4096).
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_MIB))]
     plugin_memory_mib: u32,
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Runs the `test_` rules of Rego policies, as `opa test` does, with no server;
+    /// exit code 1 when one fails or a file does not compile.
+    Test {
+        /// The policy files (each one Rego v1 module, named by its stem).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Prints the verdicts policy files give on a plan saved by `fleet plan --out`,
+    /// planned again offline on the state saved with it (each file as a mandatory
+    /// policy, instead of the server's). Exit code 3 when they deny it, 1 on an error.
+    Eval {
+        /// The policy files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The saved plan.
+        #[arg(long)]
+        plan: PathBuf,
+        /// Print the plan's `policy` (digest and verdicts) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -298,18 +335,22 @@ fn main() -> ExitCode {
         Command::Plan { server, file, prune, out, json } => {
             client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
         }
-        Command::Apply { server, file, prune, plan_hash, plan, yes, json } => client(&server).and_then(|client| {
-            let source = match (plan, file) {
-                (Some(saved), _) => ApplySource::SavedPlan(saved),
-                (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
-                (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
-            };
-            let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-            client::apply(&client, &source, json, confirm)
-        }),
+        Command::Apply { server, file, prune, plan_hash, plan, yes, overrides, json } => {
+            client(&server).and_then(|client| {
+                let overrides = client::overrides(&overrides)?;
+                let source = match (plan, file) {
+                    (Some(saved), _) => ApplySource::SavedPlan(saved),
+                    (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
+                    (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
+                };
+                let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+                client::apply(&client, &source, &overrides, json, confirm)
+            })
+        }
         Command::Status { server, refresh, json } => {
             client(&server).and_then(|client| client::status(&client, json, refresh))
         }
+        Command::Policy(PolicyCommand::Eval { files, plan, json }) => client::policy_eval(&files, &plan, json),
         command => {
             return match local(cli.db, command) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -396,6 +437,8 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&descriptor)?);
             Ok(())
         }
+        Command::Policy(PolicyCommand::Test { files }) => policy_test(&files),
+        Command::Policy(PolicyCommand::Eval { .. }) => bail!("policy eval is run as a client command"),
         Command::Component { output } => {
             std::fs::write(&output, fleet::planner::PLANNER)
                 .with_context(|| format!("writing {}", output.display()))?;
@@ -487,6 +530,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         config.preview_dir = preview_dir;
     }
     config.plugins = serve.plugins;
+    config.policies = serve.policies;
     config.tls = serve.tls_cert.zip(serve.tls_key);
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     config.plugin_budget.cpu = serve.plugin_cpu;
@@ -517,4 +561,40 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         println!("fleet listening on {scheme}://{address}");
         fleet::serve(app, listener, fleet::shutdown_signal()).await
     })
+}
+
+/// `fleet policy test`: every `test_` rule of every file, a line each, then a count.
+fn policy_test(files: &[PathBuf]) -> Result<()> {
+    let (mut passed, mut failed) = (0, 0);
+    for file in files {
+        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let name = file.file_stem().and_then(|stem| stem.to_str()).unwrap_or("policy");
+        let mut compiled = fleet_guest::policy::compile(name, &source)
+            .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
+        let rules = fleet_guest::policy::test_rules(&compiled);
+        if rules.is_empty() {
+            println!("{}: no test_ rules", file.display());
+        }
+        for rule in rules {
+            match compiled.holds(&rule) {
+                Ok(true) => {
+                    passed += 1;
+                    println!("PASS {}: {rule}", file.display());
+                }
+                Ok(false) => {
+                    failed += 1;
+                    println!("FAIL {}: {rule}", file.display());
+                }
+                Err(error) => {
+                    failed += 1;
+                    println!("ERROR {}: {rule}: {error}", file.display());
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} of {} policy tests failed", passed + failed);
+    }
+    Ok(())
 }
