@@ -9,10 +9,16 @@
 //! `UNSUPPORTED`; an origin that cannot be reached in time, or answers with something
 //! that is not a state, is `UNAVAILABLE`.
 //!
+//! The state carries the policies in force and the caller's grants, so verdicts and
+//! plan-time permissions are the origin's; it names the plugins' kinds too, whose
+//! checks the edge asks the origin to run (`compute.preview.check`, with the caller's
+//! token): a document with a plugin's section plans here to the origin's bytes.
+//!
 //! This file is the whole behaviour, natively testable with any [`Origin`]; `wasi.rs`
 //! (wasm32 only) is the wasi:http glue.
 
-use fleet_guest::{Catalog, Error, ErrorCode, Snapshot};
+use fleet_guest::plugins::{Finding, Subject};
+use fleet_guest::{Caller, Catalog, Error, ErrorCode, Host, Snapshot};
 
 #[cfg(target_arch = "wasm32")]
 mod wasi;
@@ -71,7 +77,14 @@ pub trait Origin {
     /// [`STATE_MEDIA_TYPE`]. An error is why no answer came (unreachable, timed out,
     /// not HTTP, too large).
     fn state(&self, path: &str, authorization: &str) -> Result<Reply, String>;
+
+    /// POSTs `body` to [`CHECK_PATH`] with this `Authorization` header: a plugin kind's
+    /// check, which the origin runs in its plugin's sandbox.
+    fn check(&self, authorization: &str, body: &[u8]) -> Result<Reply, String>;
 }
+
+/// Where the origin runs a plugin's check for another host of the planner.
+pub const CHECK_PATH: &str = "/api/compute/preview/check";
 
 /// What a request asks of the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,13 +158,13 @@ pub fn serve(
         );
     };
     let request = if request.is_empty() { "{}" } else { request };
-    let state = match state(origin, path, authorization) {
-        Ok(state) => state,
+    let host = match state(origin, path, authorization) {
+        Ok(host) => host,
         Err(answer) => return answer,
     };
     let planned = match entry {
-        Entry::Export => fleet_guest::export(&state, request),
-        Entry::Plan => fleet_guest::plan(&state, request),
+        Entry::Export => fleet_guest::export(&host, request),
+        Entry::Plan => fleet_guest::plan(&host, request),
     };
     match planned {
         Ok(output) => Answer::json(output),
@@ -165,8 +178,73 @@ enum Entry {
     Plan,
 }
 
-/// The caller's state from the origin; the origin's own answer when it refuses the token.
-fn state(origin: &dyn Origin, path: &str, authorization: &str) -> Result<Snapshot, Answer> {
+/// The planner's host at the edge: the origin's state, its plugin kinds, and their
+/// checks, run by the origin with the caller's token.
+struct EdgeHost<'a> {
+    snapshot: Snapshot,
+    /// The plugin kinds' descriptors, as `plugins.kinds` answers them.
+    kinds: String,
+    origin: &'a dyn Origin,
+    authorization: &'a str,
+}
+
+impl Host for EdgeHost<'_> {
+    fn caller(&self) -> Caller {
+        self.snapshot.caller.clone()
+    }
+
+    fn state(&self, _catalog: &Catalog) -> Result<Snapshot, Error> {
+        Ok(self.snapshot.clone())
+    }
+
+    fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
+        Err(Error::new(ErrorCode::Unsupported, format!("the edge cannot run {method}: it has no composite methods")))
+    }
+
+    fn plugin_kinds(&self) -> Result<String, Error> {
+        Ok(self.kinds.clone())
+    }
+
+    /// The origin runs the check in its plugin's sandbox; its refusal is the plan's
+    /// error, as the origin's own plan would end.
+    fn check(&self, kind: &str, subjects: Vec<Subject>) -> Result<Vec<Finding>, Error> {
+        // The planner wrote each object as JSON text; the origin takes them as objects.
+        let parsed = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+        let subjects: Vec<serde_json::Value> = subjects
+            .iter()
+            .map(|Subject { object, previous, references }| {
+                let references: Vec<serde_json::Value> = references
+                    .iter()
+                    .map(|(field, object)| serde_json::json!({"field": field, "object": parsed(object)}))
+                    .collect();
+                let previous = previous.as_deref().map_or(serde_json::Value::Null, parsed);
+                serde_json::json!({"object": parsed(object), "previous": previous, "references": references})
+            })
+            .collect();
+        let body = serde_json::json!({"kind": kind, "subjects": subjects}).to_string();
+        let unavailable = |why: String| Error::new(ErrorCode::Unavailable, why);
+        let reply = self
+            .origin
+            .check(self.authorization, body.as_bytes())
+            .map_err(|why| unavailable(format!("the origin cannot be reached for the check of {kind}: {why}")))?;
+        let answer: serde_json::Value = serde_json::from_slice(&reply.body).map_err(|_| {
+            unavailable(format!("the origin answered the check of {kind} with something other than JSON"))
+        })?;
+        if reply.status != 200 {
+            let error = &answer["error"];
+            let code = ErrorCode::ALL.into_iter().find(|code| error["code"] == code.as_str());
+            let message = error["message"].as_str().unwrap_or("the origin refused the check").to_owned();
+            return Err(Error::new(code.unwrap_or(ErrorCode::Unavailable), message));
+        }
+        serde_json::from_value::<Vec<Finding>>(answer["problems"].clone()).map_err(|_| {
+            unavailable(format!("the origin answered the check of {kind} with something other than problems"))
+        })
+    }
+}
+
+/// The caller's state from the origin, as the planner's host; the origin's own answer
+/// when it refuses the token.
+fn state<'a>(origin: &'a dyn Origin, path: &str, authorization: &'a str) -> Result<EdgeHost<'a>, Answer> {
     let unavailable = |why: String| Answer::error(&Error::new(ErrorCode::Unavailable, why));
     let reply =
         origin.state(path, authorization).map_err(|why| unavailable(format!("the origin cannot be reached: {why}")))?;
@@ -185,27 +263,19 @@ fn state(origin: &dyn Origin, path: &str, authorization: &str) -> Result<Snapsho
     let not_a_state =
         |why: String| unavailable(format!("the origin answered with something other than a state: {why}"));
     let text = std::str::from_utf8(&reply.body).map_err(|_| not_a_state("not UTF-8".into()))?;
-    let mut json = fleet_guest::json::parse(text).map_err(|_| not_a_state("not JSON".into()))?;
-    without_plugin_kinds(&mut json);
-    Snapshot::from_json(&Catalog::built_in(), &json).map_err(|error| not_a_state(error.message))
-}
-
-/// The edge runs no module plugins (their components are the origin's): it plans the
-/// built-in kinds and leaves the tables of plugin kinds out, so that a document with a
-/// plugin's section is an unknown section here (docs/decisions/0011).
-fn without_plugin_kinds(state: &mut serde_json::Value) {
-    let Some(members) = state.as_object_mut() else { return };
-    let plugins = members.remove("plugins").unwrap_or_default();
-    for plugin in plugins.as_array().into_iter().flatten() {
-        if let Some(section) = plugin["descriptor"]["section"].as_str() {
-            members.remove(section);
-        }
-        if let (Some(kind), Some(modules)) =
-            (plugin["descriptor"]["kind"].as_str(), members.get_mut("modules").and_then(|m| m.as_array_mut()))
-        {
-            modules.retain(|module| module != kind);
-        }
-    }
+    // serde_json, not the strict reader of requests: the state holds text with line
+    // breaks (policies' sources), and the origin wrote it with serde_json itself.
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|_| not_a_state("not JSON".into()))?;
+    let descriptors: Vec<&serde_json::Value> =
+        json["plugins"].as_array().into_iter().flatten().map(|plugin| &plugin["descriptor"]).collect();
+    let kinds = serde_json::to_string(&descriptors).map_err(|error| not_a_state(error.to_string()))?;
+    let plugin_kinds = fleet_guest::plugins::parse_kinds(&kinds).map_err(not_a_state)?;
+    let catalog = match plugin_kinds.is_empty() {
+        true => Catalog::built_in(),
+        false => Catalog::with_plugins(&plugin_kinds).map_err(|(kind, why)| not_a_state(format!("{kind}: {why}")))?,
+    };
+    let snapshot = Snapshot::from_json(&catalog, &json).map_err(|error| not_a_state(error.message))?;
+    Ok(EdgeHost { snapshot, kinds, origin, authorization })
 }
 
 #[cfg(test)]
@@ -220,6 +290,17 @@ mod tests {
             assert_eq!(authorization, "Bearer t");
             assert!(path == "/api/compute/fleet/plan" || path == "/api/compute/fleet/export", "{path}");
             self.0.clone()
+        }
+
+        /// Every subject has one problem, at `/note`.
+        fn check(&self, authorization: &str, body: &[u8]) -> Result<Reply, String> {
+            assert_eq!(authorization, "Bearer t");
+            let request: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let problems: Vec<serde_json::Value> = (0..request["subjects"].as_array().unwrap().len())
+                .map(|subject| json!({"subject": subject, "path": "/note", "message": "no notes"}))
+                .collect();
+            let body = json!({ "problems": problems }).to_string().into_bytes();
+            Ok(Reply { status: 200, content_type: "application/json".into(), body })
         }
     }
 
@@ -260,18 +341,39 @@ mod tests {
     }
 
     #[test]
-    fn plugin_kinds_are_left_to_the_origin() {
+    fn plugin_kinds_plan_here_with_their_checks_run_by_the_origin() {
         let mut with_plugin = state();
         with_plugin["modules"].as_array_mut().unwrap().push(json!("reservation"));
-        with_plugin["reservations"] = json!([{"id": "rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "owner": "ml"}]);
+        with_plugin["reservations"] = json!([{"id": "rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "note": "old"}]);
         with_plugin["plugins"] = json!([{"digest": "00", "descriptor": {"group": "reservations",
-            "kind": "reservation", "section": "reservations", "idPrefix": "rsv", "removal": "delete", "fields": []}}]);
+            "kind": "reservation", "section": "reservations", "idPrefix": "rsv", "removal": "delete",
+            "fields": [{"name": "note", "type": "string", "required": false, "immutable": false}]}}]);
         let origin = reply(200, &with_plugin.to_string());
-        let snapshot: Snapshot = serde_json::from_value(state()).unwrap();
         let exported = post("/api/compute/fleet/export", "", &origin);
-        assert_eq!(exported.body, fleet_guest::export(&snapshot, "{}").unwrap().into_bytes());
-        let planned = post("/api/compute/fleet/plan", r#"{"document": {"reservations": {}}}"#, &origin);
-        assert_eq!((planned.status, code(&planned)), (400, "INVALID_ARGUMENT".into()));
+        let exported: serde_json::Value = serde_json::from_slice(&exported.body).unwrap();
+        assert_eq!(exported["document"]["reservations"]["rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa"]["note"], "old");
+        let request = r#"{"document": {"reservations": {"night": {"note": "new"}}}}"#;
+        let planned = post("/api/compute/fleet/plan", request, &origin);
+        assert_eq!(planned.status, 200, "{:?}", String::from_utf8_lossy(&planned.body));
+        let plan: serde_json::Value = serde_json::from_slice(&planned.body).unwrap();
+        assert_eq!(plan["blocked"][0]["reason"], "no notes", "{plan}");
+    }
+
+    #[test]
+    fn the_policies_and_grants_of_the_state_judge_the_plan_here() {
+        let mut judged = state();
+        judged["caller"]["grants"] = json!(["compute:fleet:admin @ compute-fleet"]);
+        judged["policies"] = json!([{"name": "no-sites", "level": "enforced",
+            "source": "package p\n\ndeny contains \"no new sites\" if {\n  some c in input.changes\n  c.kind == \"site\"\n}\n"}]);
+        let origin = reply(200, &judged.to_string());
+        let request = r#"{"document": {"sites": {"eu-west": {"region": "eu-west-2"}, "us": {"region": "us-1"}}}}"#;
+        let planned = post("/api/compute/fleet/plan", request, &origin);
+        assert_eq!(planned.status, 200);
+        let snapshot: Snapshot = serde_json::from_value(judged).unwrap();
+        assert_eq!(planned.body, fleet_guest::plan(&snapshot, request).unwrap().into_bytes());
+        let plan: serde_json::Value = serde_json::from_slice(&planned.body).unwrap();
+        assert_eq!(plan["summary"]["denied"], 1, "{plan}");
+        assert_eq!(plan["blocked"][0]["reason"], "not permitted: compute:sites:write @ compute-sites", "{plan}");
     }
 
     #[test]

@@ -63,6 +63,17 @@ struct OverHttp {
 
 impl Origin for OverHttp {
     fn state(&self, path: &str, authorization: &str) -> Result<Reply, String> {
+        self.post(path, authorization, Some(STATE_MEDIA_TYPE), b"{}")
+    }
+
+    fn check(&self, authorization: &str, body: &[u8]) -> Result<Reply, String> {
+        self.post(crate::CHECK_PATH, authorization, None, body)
+    }
+}
+
+impl OverHttp {
+    /// POSTs `body` to the origin's `path`, with `Accept: accept` when given.
+    fn post(&self, path: &str, authorization: &str, accept: Option<&str>, body: &[u8]) -> Result<Reply, String> {
         let started = Instant::now();
         let base = self.base.as_deref().ok_or("FLEET_ORIGIN is not set")?;
         let (scheme, rest) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
@@ -74,14 +85,16 @@ impl Origin for OverHttp {
             Some(slash) => (&rest[..slash], rest[slash..].trim_end_matches('/')),
             None => (rest, ""),
         };
-        let body = b"{}";
-        let headers = Fields::from_list(&[
+        let mut headers = vec![
             ("authorization".to_owned(), authorization.as_bytes().to_vec()),
             ("content-type".to_owned(), b"application/json".to_vec()),
-            ("accept".to_owned(), STATE_MEDIA_TYPE.as_bytes().to_vec()),
             ("content-length".to_owned(), body.len().to_string().into_bytes()),
-        ])
-        .map_err(|error| format!("the request cannot carry these headers: {error:?}"))?;
+        ];
+        if let Some(accept) = accept {
+            headers.push(("accept".to_owned(), accept.as_bytes().to_vec()));
+        }
+        let headers = Fields::from_list(&headers)
+            .map_err(|error| format!("the request cannot carry these headers: {error:?}"))?;
         let request = OutgoingRequest::new(headers);
         let path = format!("{prefix}{path}");
         let set = request.set_method(&Method::Post).is_ok()

@@ -169,3 +169,50 @@ fn an_origin_that_is_down_silent_or_speaking_nonsense_is_unavailable() {
         assert_eq!(health.status(), 200, "{what}");
     }
 }
+
+/// SPEC §11 and §14: a document with a plugin's section, and the policies in force,
+/// plan at the edge to the origin's bytes; the plugin's checks run at the origin.
+#[test]
+fn plugin_sections_and_policies_plan_at_the_edge_as_at_the_origin() {
+    let plugin = std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm");
+    let policy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/gpus-per-pool.rego");
+    let origin = Server::start(&[
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--policy",
+        &format!("mandatory:{}", policy.display()),
+    ]);
+    let token = origin.tenant_with_token("acme");
+    origin.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let warn = "package fleet.big_offers\n\nwarn contains {\"msg\": \"a big offer\", \"kind\": \"offer\", \"key\": c.key} if {\n  some c in input.changes\n  c.kind == \"offer\"\n  c.after.vcpus > 32\n}\n";
+    origin.ok(&token, "policies/put", json!({"name": "big-offers", "level": "advisory", "source": warn}));
+    let admin_only = origin.token("acme", "carol", &["compute:fleet:admin @ compute-fleet"]);
+    let edge = edge(&format!("http://{}", origin.address()));
+    let base = format!("http://{}", origin.address());
+
+    let reservation = |starts: &str, ends: &str, vcpus: u64| {
+        json!({"pool": "gpu-a", "owner": "team-research", "vcpus": vcpus, "gpus": 1, "startsAt": starts, "endsAt": ends})
+    };
+    let mut with_reservations = estate();
+    with_reservations["pools"]["gpu-a"]["gpus"] = json!(96);
+    with_reservations["offers"]["ml-to-research"]["vcpus"] = json!(96);
+    with_reservations["reservations"] = json!({
+        "ml-week": reservation("2026-12-01T00:00:00Z", "2026-12-08T00:00:00Z", 64),
+        "backwards": reservation("2026-12-08T00:00:00Z", "2026-12-01T00:00:00Z", 8),
+    });
+    let plan = json!({"document": with_reservations}).to_string();
+    for (token, path, body) in [
+        (&token, "/api/compute/fleet/plan", plan.as_str()),
+        (&token, "/api/compute/fleet/export", ""),
+        (&admin_only, "/api/compute/fleet/plan", plan.as_str()),
+    ] {
+        let at_origin = post(&base, path, Some(token), body);
+        let at_edge = post(&edge.base, path, Some(token), body);
+        assert_eq!(at_edge.0, at_origin.0, "{path}");
+        assert_eq!(String::from_utf8_lossy(&at_edge.1), String::from_utf8_lossy(&at_origin.1), "{path}");
+    }
+    let (_, body, _) = post(&edge.base, "/api/compute/fleet/plan", Some(&token), &plan);
+    let plan: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(plan["blocked"][0]["reason"], "endsAt must be later than startsAt", "{plan}");
+    assert_eq!((plan["summary"]["denied"].as_u64(), plan["summary"]["warnings"].as_u64()), (Some(1), Some(1)));
+}
