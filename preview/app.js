@@ -235,7 +235,7 @@ function leftAloneLines(leftAlone) {
 function renderPlan(plan, text) {
   $('errors').hidden = true;
   const counts = Object.entries(plan.summary)
-    .filter(([name, count]) => count > 0 && name !== 'unchanged' && name !== 'blocked')
+    .filter(([name, count]) => count > 0 && !['unchanged', 'blocked', 'denied', 'warnings'].includes(name))
     .map(([name, count]) => `${count} to ${name}`);
   const calls = plan.calls.length;
   const parts = [
@@ -247,6 +247,8 @@ function renderPlan(plan, text) {
   $('left-alone').hidden = leftAlone.length === 0;
   $('left-alone').textContent = leftAlone.join(' ');
   if (plan.summary.blocked) parts.push(`${plan.summary.blocked} blocked`);
+  if (plan.summary.denied) parts.push(`${plan.summary.denied} denied`);
+  if (plan.summary.warnings) parts.push(`${plan.summary.warnings} ${plan.summary.warnings === 1 ? 'warning' : 'warnings'}`);
   parts.push(`${calls} ${calls === 1 ? 'call' : 'calls'}`);
   $('summary').textContent = parts.join(' · ');
   $('summary').className = `summary${calls === 0 && plan.blocked.length === 0 ? ' none' : ''}`;
@@ -290,10 +292,43 @@ function renderPlan(plan, text) {
     blocked.append(element('h3', {}, 'Blocked: apply is refused until these are resolved'), list);
   }
 
+  renderVerdicts(plan.policy);
+  const denied = (plan.summary.denied ?? 0) > 0;
   $('plan-hash').textContent = plan.planHash;
   $('plan-json').textContent = text;
-  $('apply').disabled = session.busy || plan.blocked.length > 0;
-  $('apply').title = plan.blocked.length ? 'the plan has blocked changes' : `apply ${calls} calls with this plan hash`;
+  $('apply').disabled = session.busy || plan.blocked.length > 0 || denied;
+  $('apply').title = plan.blocked.length
+    ? 'the plan has blocked changes'
+    : denied
+      ? 'policies deny the plan; a mandatory one can be overridden with fleet apply --override'
+      : `apply ${calls} calls with this plan hash`;
+}
+
+/**
+ * The verdicts of the policies in force (SPEC §14), as the CLI prints them: `!` for a
+ * denial of a mandatory or enforced policy, `?` for a warning (an advisory denial too).
+ */
+function renderVerdicts(policy) {
+  const box = $('verdicts');
+  const verdicts = policy?.verdicts ?? [];
+  box.hidden = verdicts.length === 0;
+  box.replaceChildren();
+  if (!verdicts.length) return;
+  const list = element('ul');
+  let denials = 0;
+  for (const verdict of verdicts) {
+    const denies = verdict.rule === 'deny' && verdict.level !== 'advisory';
+    if (denies) denials += 1;
+    const object = [verdict.kind, verdict.key].filter(Boolean).join(' ');
+    list.append(element('li', { class: denies ? 'denied' : 'warning' },
+      `${denies ? '!' : '?'} policy `, element('code', {}, verdict.policy), ` (${verdict.level}): ${verdict.message}`,
+      object ? element('span', { class: 'object' }, ` (${object})`) : ''));
+  }
+  const heading = denials
+    ? `Denied by policy: apply is refused (${denials} ${denials === 1 ? 'denial' : 'denials'})`
+    : 'Policy warnings';
+  box.className = `verdicts${denials ? ' denied' : ''}`;
+  box.append(element('h3', {}, heading), list);
 }
 
 function showPlanError(error) {
@@ -312,6 +347,7 @@ function showPlanError(error) {
   $('summary').textContent = '';
   $('changes').replaceChildren();
   $('blocked').hidden = true;
+  $('verdicts').hidden = true;
   $('left-alone').hidden = true;
   $('plan-hash').textContent = '—';
   $('plan-json').textContent = '';

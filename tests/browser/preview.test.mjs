@@ -4,7 +4,7 @@
 // through the server, and a screenshot in target/artifacts/.
 
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -166,6 +166,31 @@ test('blocked changes and invalid documents show as the server reports them', as
 
   await edit(page, '{"pools": {');
   assert.match(await page.locator('#errors').textContent(), /not valid JSON/);
+  assert.deepEqual(problems, []);
+});
+
+test('policies judge the browser plan as they judge the server plan, and a denial disables apply', async () => {
+  // A tenant of its own, with a mandatory policy of the examples in force.
+  const judged = server.tenantWithToken('judged');
+  await server.ok(judged, 'fleet/apply', { document: estate() });
+  const source = readFileSync(join(REPO, 'policies/gpus-per-pool.rego'), 'utf8');
+  await server.ok(judged, 'policies/put', { name: 'gpus-per-pool', level: 'mandatory', source });
+  const { page, problems } = await open(server, judged);
+  const exported = (await server.ok(judged, 'fleet/export', {})).document;
+  const greedy = structuredClone(exported);
+  greedy.pools['gpu-a'].gpus = 96;
+  await edit(page, greedy);
+  const view = await shown(page);
+  const server_plan = await server.call(judged, 'fleet/plan', { document: greedy, prune: false });
+  assert.equal(server_plan.json.summary.denied, 1, server_plan.text);
+  assert.equal(view.json, server_plan.text, 'the browser reaches the server verdicts, byte for byte');
+  assert.equal(view.hash, server_plan.json.planHash);
+  const verdicts = await page.locator('#verdicts').textContent();
+  assert.match(verdicts, /Denied by policy/);
+  assert.match(verdicts, /! policy gpus-per-pool \(mandatory\): asks for 96 GPUs; a pool has at most 64/);
+  assert.match(view.summary, /1 denied/);
+  assert.equal(await page.locator('#apply').isDisabled(), true);
+  await page.screenshot({ path: join(ARTIFACTS, 'preview-policy.png'), fullPage: true });
   assert.deepEqual(problems, []);
 });
 
