@@ -376,6 +376,28 @@ mod tests {
         assert_eq!(plan["blocked"][0]["reason"], "not permitted: compute:sites:write @ compute-sites", "{plan}");
     }
 
+    /// Every golden case of the planner (`guest/tests/plans`), its state answered by the
+    /// origin: the edge answers what the planner answers, policies' verdicts included.
+    #[test]
+    fn every_golden_plan_comes_out_of_the_edge_unchanged() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
+        let mut cases = 0;
+        for case in std::fs::read_dir(root).unwrap() {
+            let case = case.unwrap().path();
+            let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap();
+            let (state, request) = (read("state.json"), read("request.json"));
+            let answer = post("/api/compute/fleet/plan", &request, &reply(200, &state));
+            let snapshot: Snapshot = serde_json::from_str(&state).unwrap();
+            let planned = match fleet_guest::plan(&snapshot, &request) {
+                Ok(plan) => plan.into_bytes(),
+                Err(error) => error.envelope().to_string().into_bytes(),
+            };
+            assert_eq!(String::from_utf8_lossy(&answer.body), String::from_utf8_lossy(&planned), "{case:?}");
+            cases += 1;
+        }
+        assert!(cases >= 26, "{cases} golden cases");
+    }
+
     #[test]
     fn the_origins_refusal_passes_through_and_its_failures_are_unavailable() {
         let refused = r#"{"error":{"code":"UNAUTHENTICATED","message":"unknown token"}}"#;

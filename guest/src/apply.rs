@@ -64,10 +64,7 @@ fn overridden<'a>(plan: &Plan, overrides: &'a [Override], caller: &Caller) -> Re
             Some(first) => Err(unknown_policy(&first.policy)),
         };
     };
-    if let Some(unknown) =
-        overrides.iter().find(|item| judgement.verdicts.iter().all(|verdict| verdict.policy != item.policy))
-        && !judgement.in_force.contains(&unknown.policy)
-    {
+    if let Some(unknown) = overrides.iter().find(|item| !judgement.in_force.contains(&item.policy)) {
         return Err(unknown_policy(&unknown.policy));
     }
     let denials: Vec<&Verdict> = judgement.verdicts.iter().filter(|verdict| verdict.denies()).collect();

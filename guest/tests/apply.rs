@@ -119,3 +119,54 @@ fn export_takes_an_empty_request() {
     let error = fleet_guest::export(&state, "[]").expect_err("not an object");
     assert_eq!(error.details.expect("details")["problems"][0]["path"], "");
 }
+
+/// SPEC §14: denials refuse the apply; a mandatory policy's are let through by an
+/// override naming it, when the caller may override; an enforced one's never; an
+/// override of a policy not in force is a bad request, wherever it is in the list.
+#[test]
+fn policies_deny_and_only_mandatory_denials_are_overridden() {
+    let policy = |name: &str, level| fleet_guest::Policy {
+        name: name.into(),
+        level,
+        source: format!(
+            "package {}\n\ndeny contains \"no pools\" if {{\n  some c in input.changes\n  c.kind == \"pool\"\n}}\n",
+            name.replace('-', "_")
+        ),
+    };
+    let quiet = fleet_guest::Policy {
+        name: "quiet".into(),
+        level: fleet_guest::Level::Enforced,
+        source: "package quiet\n".into(),
+    };
+    let with = |policies: Vec<fleet_guest::Policy>, grants: Option<Vec<String>>| {
+        let mut state = empty_snapshot();
+        state.policies = policies;
+        state.caller.grants = grants;
+        Model::new(state)
+    };
+    let apply = |model: &mut Model, overrides: Value| {
+        model.apply(&json!({"document": document(), "overrides": overrides}).to_string())
+    };
+    let denied = |result: Result<Value, fleet_guest::Error>| match result {
+        Err(error) => (error.code, error.details.map(|details| details["verdicts"].clone())),
+        Ok(applied) => panic!("applied: {applied}"),
+    };
+    let mandatory = vec![policy("no-pools", fleet_guest::Level::Mandatory), quiet.clone()];
+    let reason = json!([{"policy": "no-pools", "reason": "a test"}]);
+
+    let (code, verdicts) = denied(apply(&mut with(mandatory.clone(), None), json!([])));
+    assert_eq!(code, ErrorCode::PolicyDenied);
+    assert_eq!(verdicts.unwrap()[0]["message"], "no pools");
+    // Named, and the caller may override: applied, the override reported for the audit.
+    let applied = apply(&mut with(mandatory.clone(), None), reason.clone()).expect("overridden");
+    assert_eq!(applied["overrides"], reason);
+    // Named, by a caller who may not override.
+    let admin = Some(vec!["compute:*:write @ *".to_owned(), "compute:fleet:admin @ compute-fleet".to_owned()]);
+    assert_eq!(denied(apply(&mut with(mandatory.clone(), admin), reason.clone())).0, ErrorCode::PolicyDenied);
+    // A policy not in force, after one that is.
+    let unknown = json!([{"policy": "quiet", "reason": "x"}, {"policy": "nowhere", "reason": "x"}]);
+    assert_eq!(denied(apply(&mut with(mandatory, None), unknown)).0, ErrorCode::InvalidArgument);
+    // Enforced: nothing overrides it.
+    let enforced = vec![policy("no-pools", fleet_guest::Level::Enforced)];
+    assert_eq!(denied(apply(&mut with(enforced, None), reason)).0, ErrorCode::PolicyDenied);
+}
