@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use crate::fleet::estate;
 use crate::support::{FLEET, Server};
 
-fn fleet(server: &Server, token: &str, args: &[&str]) -> Output {
+/// The `fleet` client against `server` as `token`, in the server's directory.
+pub fn fleet(server: &Server, token: &str, args: &[&str]) -> Output {
     Command::new(FLEET)
         .args(args)
         .env("FLEET_SERVER", &server.base)

@@ -3,10 +3,11 @@
 //! or exhaust the sandbox, permissions at plan time, and the command line.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
+use crate::cli::fleet as cli;
 use crate::support::{FLEET, Server, code, problem_paths};
 
 /// The example policies of `policies/`.
@@ -25,17 +26,6 @@ fn estate(gpus: u64, labels: Value) -> Value {
         "pools": {"gpu-a": {"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml",
                             "gpus": gpus, "labels": labels}}
     })
-}
-
-/// The `fleet` client against `server` as `token`, in the server's directory.
-fn cli(server: &Server, token: &str, args: &[&str]) -> Output {
-    Command::new(FLEET)
-        .args(args)
-        .env("FLEET_SERVER", &server.base)
-        .env("FLEET_TOKEN", token)
-        .current_dir(server.dir.path())
-        .output()
-        .expect("fleet runs")
 }
 
 fn pools(server: &Server, token: &str) -> usize {
