@@ -96,10 +96,20 @@ fn sha256(source: &str) -> String {
 }
 
 fn tenant_policies(db: &Conn, tenant: &str) -> Result<Vec<Stored>, ApiError> {
+    stored(db, tenant, None)
+}
+
+fn tenant_policy(db: &Conn, tenant: &str, name: &str) -> Result<Option<Stored>, ApiError> {
+    Ok(stored(db, tenant, Some(name))?.pop())
+}
+
+/// The tenant's stored policies by name, or only the one named `name`.
+fn stored(db: &Conn, tenant: &str, name: Option<&str>) -> Result<Vec<Stored>, ApiError> {
     let mut found = Vec::new();
     db.for_each(
-        "SELECT name, level, source, sha256, updated_at, updated_by FROM policies WHERE tenant = ?1 ORDER BY name",
-        params![tenant],
+        "SELECT name, level, source, sha256, updated_at, updated_by FROM policies
+         WHERE tenant = ?1 AND (CAST(?2 AS TEXT) IS NULL OR name = ?2) ORDER BY name",
+        params![tenant, name],
         |row| {
             let level: String = row.get(1)?;
             let level = Level::parse(&level).ok_or_else(|| db::decode(1, format!("no policy level is {level:?}")))?;
@@ -109,10 +119,6 @@ fn tenant_policies(db: &Conn, tenant: &str) -> Result<Vec<Stored>, ApiError> {
         },
     )?;
     Ok(found)
-}
-
-fn tenant_policy(db: &Conn, tenant: &str, name: &str) -> Result<Option<Stored>, ApiError> {
-    Ok(tenant_policies(db, tenant)?.into_iter().find(|stored| stored.policy.name == name))
 }
 
 pub fn register(registry: &mut Registry, deployment: &Deployment) {
