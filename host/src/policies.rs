@@ -291,7 +291,10 @@ fn delete(deployment: &Deployment, ctx: &Ctx, body: Value) -> Result<Value, ApiE
 }
 
 /// The audit records of an apply's overrides (SPEC §14), written with its plan hash.
-pub fn record_overrides(ctx: &Ctx, overrides: &[(String, String)]) -> Result<(), ApiError> {
+pub fn record_overrides<'a>(
+    ctx: &Ctx,
+    overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), ApiError> {
     for (policy, reason) in overrides {
         let reason = json!(reason);
         let changes = [FieldChange { field: "override", from: None, to: Some(&reason) }];

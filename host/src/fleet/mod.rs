@@ -373,9 +373,8 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
         if let Some(apply) = &session.methods {
             let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
-            let overrides: Vec<(String, String)> =
-                applied.overrides.iter().map(|item| (item.policy.to_string(), item.reason.to_string())).collect();
-            crate::policies::record_overrides(&ctx, &overrides)?;
+            let overrides = applied.overrides.iter().map(|item| (&*item.policy, &*item.reason));
+            crate::policies::record_overrides(&ctx, overrides)?;
             apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
             crate::audit::write_pending(&session.db, &apply.deferred, &applied.plan.plan_hash)?;
         }
