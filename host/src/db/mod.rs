@@ -75,32 +75,50 @@ pub enum Error {
     Copy(std::io::Error),
 }
 
-impl Error {
+/// A failure that passes: the client may try again shortly (SPEC §7a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passing {
     /// Another writer held the lock past the busy timeout, or the database asked the
-    /// transaction to be tried again: a passing condition, not a bug.
-    pub fn is_busy(&self) -> bool {
+    /// transaction to be tried again.
+    Busy,
+    /// The connection to the database was cut, or the database is shutting down or
+    /// starting up.
+    Outage,
+}
+
+impl Error {
+    /// Whether this failure passes, and how: `None` is a bug, not a condition.
+    pub fn passing(&self) -> Option<Passing> {
         match self {
-            Error::Sqlite(error) => matches!(
-                error.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-            ),
-            Error::Postgres(error) => postgres::is_busy(error),
-            // Only the connection fails a write of rows already made: an outage.
-            Error::Copy(_) => true,
-            Error::Decode { .. } | Error::NoRow => false,
+            Error::Sqlite(error) => match error.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => Some(Passing::Busy),
+                _ => None,
+            },
+            Error::Postgres(error) => postgres::passing(error),
+            // Only the connection fails a write of rows already made.
+            Error::Copy(_) => Some(Passing::Outage),
+            Error::Decode { .. } | Error::NoRow => None,
         }
     }
 }
 
 impl From<Error> for ApiError {
-    /// A database still locked by another writer when the busy timeout ran out is
-    /// `UNAVAILABLE`, which the server answers with `Retry-After` (SPEC §7a).
+    /// A database still locked by another writer when the busy timeout ran out, or one
+    /// out of reach, is `UNAVAILABLE`, which the server answers with `Retry-After`
+    /// (SPEC §7a).
     fn from(error: Error) -> ApiError {
-        if error.is_busy() {
-            tracing::warn!(%error, "the database stayed locked past the busy timeout");
-            return ApiError::new(crate::api::Code::Unavailable, "the database is busy; try again shortly");
+        let unavailable = |message| ApiError::new(crate::api::Code::Unavailable, message);
+        match error.passing() {
+            Some(Passing::Busy) => {
+                tracing::warn!(%error, "the database stayed locked past the busy timeout");
+                unavailable("the database is busy; try again shortly")
+            }
+            Some(Passing::Outage) => {
+                tracing::warn!(%error, "lost the connection to the database");
+                unavailable("the database is unavailable; try again shortly")
+            }
+            None => ApiError::internal(error),
         }
-        ApiError::internal(error)
     }
 }
 
@@ -354,7 +372,10 @@ pub fn finish<T>(db: &Conn, outcome: Result<T, ApiError>) -> Result<T, ApiError>
             Ok(value)
         }
         Err(error) => {
-            if let Err(rollback) = rollback(db) {
+            // A connection that is gone took its transaction with it.
+            if let Err(rollback) = rollback(db)
+                && rollback.passing() != Some(Passing::Outage)
+            {
                 tracing::error!(%rollback, "rollback failed");
             }
             Err(error)

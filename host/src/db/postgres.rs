@@ -13,7 +13,7 @@ use postgres::error::SqlState;
 use postgres::{Client, Statement};
 
 use super::tls::Connector;
-use super::{Error, Options, Param, Pool, Tx, migrations};
+use super::{Error, Options, Param, Passing, Pool, Tx, migrations};
 
 /// The class of the tenants' write locks: the first key of the two-key advisory lock a
 /// write transaction holds until it ends; the second is [`tenant_key`]. (PostgreSQL's
@@ -24,20 +24,29 @@ const SCHEMA_LOCK: i64 = 0x666c_6565_7402;
 /// The channel `NOTIFY` wakes event subscribers on.
 pub(super) const NOTIFY_CHANNEL: &str = "fleet_events";
 
-/// Whether a PostgreSQL error is a passing condition the client may retry.
-pub(super) fn is_busy(error: &postgres::Error) -> bool {
-    error.is_closed()
-        || matches!(
-            error.code(),
-            Some(
-                &SqlState::LOCK_NOT_AVAILABLE
-                    | &SqlState::T_R_SERIALIZATION_FAILURE
-                    | &SqlState::T_R_DEADLOCK_DETECTED
-                    | &SqlState::QUERY_CANCELED
-                    | &SqlState::ADMIN_SHUTDOWN
-                    | &SqlState::CANNOT_CONNECT_NOW
-            )
-        )
+/// Whether a PostgreSQL error is a passing condition the client may retry, and which.
+pub(super) fn passing(error: &postgres::Error) -> Option<Passing> {
+    // A connection cut mid-statement fails with the socket's error, or as closed.
+    let cut = error.is_closed() || std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>());
+    if cut {
+        return Some(Passing::Outage);
+    }
+    match error.code()? {
+        &SqlState::LOCK_NOT_AVAILABLE
+        | &SqlState::T_R_SERIALIZATION_FAILURE
+        | &SqlState::T_R_DEADLOCK_DETECTED
+        | &SqlState::QUERY_CANCELED => Some(Passing::Busy),
+        &SqlState::CONNECTION_EXCEPTION
+        | &SqlState::CONNECTION_DOES_NOT_EXIST
+        | &SqlState::CONNECTION_FAILURE
+        | &SqlState::TRANSACTION_RESOLUTION_UNKNOWN
+        | &SqlState::TOO_MANY_CONNECTIONS
+        | &SqlState::ADMIN_SHUTDOWN
+        | &SqlState::CRASH_SHUTDOWN
+        | &SqlState::CANNOT_CONNECT_NOW
+        | &SqlState::IDLE_SESSION_TIMEOUT => Some(Passing::Outage),
+        _ => None,
+    }
 }
 
 /// A connection with its prepared statements, by the SQL the host wrote.
@@ -365,6 +374,32 @@ impl Listener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Connects to a server that hangs up as soon as it has read the client's first
+    /// bytes: whatever the socket then reports, it is an outage, not a bug.
+    #[test]
+    fn a_connection_cut_by_the_server_is_an_outage() {
+        use std::io::Read as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().unwrap();
+                let _ = stream.read(&mut [0; 64]);
+            }
+        });
+        let url = format!("host=127.0.0.1 port={port} user=fleet connect_timeout=5");
+        let refused = format!("host=127.0.0.1 port={} user=fleet connect_timeout=5", unused_port());
+        for url in [&url, &url, &refused] {
+            let error = postgres::Client::connect(url, postgres::NoTls).err().expect("nothing to connect to");
+            assert_eq!(passing(&error), Some(Passing::Outage), "{error:?}");
+        }
+        server.join().unwrap();
+    }
+
+    fn unused_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
 
     #[test]
     fn placeholders_become_dollars_outside_quotes() {
