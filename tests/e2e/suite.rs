@@ -11,6 +11,7 @@ mod fleet;
 mod foundation;
 mod guardrails;
 mod hardening;
+mod history;
 mod modules;
 mod observability;
 mod plugins;

@@ -123,11 +123,16 @@ impl Input {
     /// `compute.events.list` and `compute.audit.list` read it.
     pub fn page(&mut self) -> Page {
         let after = self.count("after", false).unwrap_or(0);
+        Page { after, limit: self.limit() }
+    }
+
+    /// A list's `limit`: 1 to [`Page::MAX_LIMIT`], [`Page::DEFAULT_LIMIT`] when absent.
+    pub fn limit(&mut self) -> u64 {
         let limit = self.count("limit", false);
         if limit.is_some_and(|limit| limit == 0 || limit > Page::MAX_LIMIT) {
             self.problem("limit", format!("must be between 1 and {}", Page::MAX_LIMIT));
         }
-        Page { after, limit: limit.unwrap_or(Page::DEFAULT_LIMIT) }
+        limit.unwrap_or(Page::DEFAULT_LIMIT)
     }
 
     /// Fails with every problem found, unknown fields included.

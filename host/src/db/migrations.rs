@@ -30,6 +30,7 @@ history!(
     "0011_generations_per_statement",
     "0012_drift_schedule_order",
     "0013_policies",
+    "0014_revisions",
 );
 
 pub fn sqlite() -> Migrations<'static> {
@@ -55,5 +56,31 @@ mod tests {
             files.sort();
             assert_eq!(files, history.iter().map(|(name, _)| *name).collect::<Vec<_>>(), "{dialect}");
         }
+    }
+
+    /// A database that had applied documents before revisions existed: each tenant's
+    /// applied document becomes its revision 1, and status names it.
+    #[test]
+    fn the_applied_document_becomes_revision_1() {
+        let mut db = rusqlite::Connection::open_in_memory().unwrap();
+        let before = super::SQLITE.iter().position(|(name, _)| *name == "0014_revisions").unwrap();
+        super::sqlite().to_version(&mut db, before).unwrap();
+        db.execute_batch(
+            "INSERT INTO tenants (name, created_at) VALUES ('acme', '2026-01-01T00:00:00Z');
+             INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls)
+             VALUES ('acme', '{\"sites\": {}}', 1, 'sha256:aa', 'alice', '2026-01-02T00:00:00Z', 3);",
+        )
+        .unwrap();
+        super::sqlite().to_latest(&mut db).unwrap();
+        let revision: (i64, String, bool, String, String, i64, String) = db
+            .query_row(
+                "SELECT revision, document, prune, plan_hash, applied_by, calls, overrides FROM fleet_revisions",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?)),
+            )
+            .unwrap();
+        assert_eq!(revision, (1, "{\"sites\": {}}".into(), true, "sha256:aa".into(), "alice".into(), 3, "[]".into()));
+        let current: i64 = db.query_row("SELECT revision FROM fleet_applied", [], |row| row.get(0)).unwrap();
+        assert_eq!(current, 1);
     }
 }

@@ -6,6 +6,7 @@
 pub mod bindings;
 pub mod drift;
 pub mod events;
+pub mod history;
 
 use std::sync::Arc;
 
@@ -49,6 +50,7 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
                 json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
             ),
     );
+    history::register(registry);
     registry.register(
         Method::planner("fleet", "status", MethodKind::Read, Arc::new(status))
             .summary("The last applied document's hash, applier and time, when it was last checked, and the drift found then; `refresh` checks now.")
@@ -58,7 +60,7 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
                 json!({"type": "object", "properties": {
                     "checkedAt": {"type": "string", "format": "date-time"},
                     "applied": {"type": "object", "properties": {
-                        "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
+                        "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
                         "appliedAt": {"type": "string", "format": "date-time"},
                         "calls": {"type": "integer"}, "prune": {"type": "boolean"}}},
                     "drift": {"type": "object", "properties": {
@@ -457,20 +459,35 @@ fn record(
     let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
     bindings::bind(db, &caller.tenant, named)?;
     let (document, prune) = (request.document.get(), request.prune);
+    let overrides: Vec<Value> =
+        applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
+    let (applied_at, calls) = (db::now(), applied.applied);
+    let kept = history::Kept {
+        document,
+        prune,
+        plan_hash: &plan.plan_hash,
+        applied_by: &caller.principal,
+        applied_at: &applied_at,
+        calls,
+        overrides: &Value::Array(overrides).to_string(),
+    };
+    let revision = history::keep(db, &caller.tenant, &kept)?;
     db.execute(
-        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)
+        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8)
          ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
            plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
-           applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at",
+           applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at,
+           revision = excluded.revision",
         params![
             &caller.tenant,
             document,
             prune,
             &*plan.plan_hash,
             &caller.principal,
-            &db::now(),
-            i64::try_from(applied.applied).unwrap_or(i64::MAX),
+            &applied_at,
+            i64::try_from(calls).unwrap_or(i64::MAX),
+            revision,
         ],
     )?;
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
@@ -518,11 +535,12 @@ fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String,
 fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
     let mut output = Map::new();
     let applied = db.query_opt(
-        "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at)
+        "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at), revision
          FROM fleet_applied WHERE tenant = ?1",
         params![tenant],
         |row| {
             let applied = json!({
+                "revision": row.get::<i64>(6)?,
                 "planHash": row.get::<String>(0)?,
                 "appliedBy": row.get::<String>(1)?,
                 "appliedAt": row.get::<String>(2)?,

@@ -159,7 +159,7 @@ fn tls_connector() -> Result<tokio_rustls::TlsConnector, CliError> {
 
 /// A string value from the server, safe to print on a terminal: control characters
 /// (escape sequences, bells, carriage returns) are shown escaped, as `\u{1b}`.
-fn printable(value: &Value) -> String {
+pub fn printable(value: &Value) -> String {
     escape_controls(value.as_str().unwrap_or_default())
 }
 
@@ -205,7 +205,7 @@ pub fn read_document(path: &Path) -> Result<Value, CliError> {
     }
 }
 
-fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {
+pub fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {
     let text = if is_yaml_path(path) {
         serde_yaml_ng::to_string(value).map_err(|error| CliError::Input(error.to_string()))?
     } else {
@@ -253,7 +253,7 @@ fn blocked_line(blocked: &Value) -> String {
 
 // ---- rendering -----------------------------------------------------------------------------
 
-fn style_for(text: &str) -> Style {
+pub fn style_for(text: &str) -> Style {
     let color = match text.chars().next() {
         Some('+') => AnsiColor::Green,
         Some('~') => AnsiColor::Yellow,
@@ -406,7 +406,7 @@ fn verdict_line(verdict: &Value) -> String {
 }
 
 /// The heading of a kind's changes, as the browser preview has it: `Provider accounts`.
-fn kind_heading(kind: &str) -> String {
+pub fn kind_heading(kind: &str) -> String {
     let noun = kind_noun(kind);
     let mut letters = noun.chars();
     let first = letters.next().map(|first| first.to_ascii_uppercase().to_string()).unwrap_or_default();
@@ -414,7 +414,7 @@ fn kind_heading(kind: &str) -> String {
 }
 
 /// A kind for people, from its camelCase name: `owner quota`, `provider account`.
-fn kind_noun(kind: &str) -> String {
+pub fn kind_noun(kind: &str) -> String {
     fleet_guest::grammar::camel_words(kind, ' ')
 }
 
@@ -507,7 +507,7 @@ fn drift_line(change: &Value) -> String {
 }
 
 /// A value for people: strings quoted only when empty, absent as `(none)`.
-fn shown(value: &Value) -> String {
+pub fn shown(value: &Value) -> String {
     match value {
         Value::Null => "(none)".into(),
         Value::String(text) if text.is_empty() => "\"\"".into(),
@@ -516,7 +516,7 @@ fn shown(value: &Value) -> String {
     }
 }
 
-fn print_json(value: &Value) -> Result<(), CliError> {
+pub fn print_json(value: &Value) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|error| CliError::Input(error.to_string()))?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}").map_err(|error| CliError::Transport(error.to_string()))
@@ -617,8 +617,15 @@ pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: 
 
 /// What `fleet apply` applies: a document file, or a plan saved by `fleet plan --out`.
 pub enum ApplySource {
-    Document { file: PathBuf, prune: bool, plan_hash: Option<String> },
+    Document {
+        file: PathBuf,
+        prune: bool,
+        plan_hash: Option<String>,
+    },
     SavedPlan(PathBuf),
+    /// `fleet rollback N`: revision N's document, with its prune flag, applied to the
+    /// estate of today as any document is (SPEC §15).
+    Revision(u64),
 }
 
 /// How `fleet apply` gets its go-ahead (SPEC §9).
@@ -653,28 +660,16 @@ pub fn apply(
 ) -> Result<u8, CliError> {
     // Whether the plan was already shown, before asking.
     let mut shown = false;
-    let overridden = overrides.as_array().is_some_and(|overrides| !overrides.is_empty());
     let applied = match source {
         ApplySource::SavedPlan(file) => apply_saved(client, file, overrides)?,
         ApplySource::Document { file, prune, plan_hash } => {
-            let mut request = json!({"document": read_fleet_config(file)?, "prune": prune});
-            if overridden {
-                request["overrides"] = overrides.clone();
-            }
-            if let Some(hash) = plan_hash {
-                request["planHash"] = json!(hash);
-            } else if confirm == Confirm::Ask {
-                // Show the plan, ask, and apply exactly what was shown.
-                let plan = client.call("fleet/plan", &json!({"document": request["document"], "prune": prune}))?;
-                let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
-                if has(&plan, "calls") && !has(&plan, "blocked") && (!denied || overridden) {
-                    print!("{}", render_plan(&plan));
-                    ask(&plan, &client.server())?;
-                    shown = true;
-                }
-                request["planHash"] = plan["planHash"].clone();
-            }
-            client.call("fleet/apply", &request).map_err(|error| explain_hash_mismatch(error, plan_hash.as_deref()))?
+            let document = read_fleet_config(file)?;
+            apply_document(client, document, *prune, plan_hash.as_deref(), overrides, confirm, &mut shown)?
+        }
+        ApplySource::Revision(number) => {
+            let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
+            let (document, prune) = (revision["document"].clone(), revision["prune"] == true);
+            apply_document(client, document, prune, None, overrides, confirm, &mut shown)?
         }
     };
     if raw {
@@ -688,6 +683,37 @@ pub fn apply(
         println!("{style}Applied {}.{style:#}", plural(calls, "call"));
     }
     Ok(EXIT_OK)
+}
+
+/// Applies `document`: pinned to `plan_hash` when given; else, when asking, the plan is
+/// shown (`shown` says so) and what is applied is exactly that plan.
+fn apply_document(
+    client: &Client,
+    document: Value,
+    prune: bool,
+    plan_hash: Option<&str>,
+    overrides: &Value,
+    confirm: Confirm,
+    shown: &mut bool,
+) -> Result<Value, CliError> {
+    let overridden = overrides.as_array().is_some_and(|overrides| !overrides.is_empty());
+    let mut request = json!({"document": document, "prune": prune});
+    if overridden {
+        request["overrides"] = overrides.clone();
+    }
+    if let Some(hash) = plan_hash {
+        request["planHash"] = json!(hash);
+    } else if confirm == Confirm::Ask {
+        let plan = client.call("fleet/plan", &json!({"document": request["document"], "prune": prune}))?;
+        let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
+        if has(&plan, "calls") && !has(&plan, "blocked") && (!denied || overridden) {
+            print!("{}", render_plan(&plan));
+            ask(&plan, &client.server())?;
+            *shown = true;
+        }
+        request["planHash"] = plan["planHash"].clone();
+    }
+    client.call("fleet/apply", &request).map_err(|error| explain_hash_mismatch(error, plan_hash))
 }
 
 /// Asks on the terminal before an apply that changes something; loudly when it deletes
@@ -804,6 +830,6 @@ pub fn status(client: &Client, raw: bool, refresh: bool) -> Result<u8, CliError>
 }
 
 /// `1 call`, `2 calls`.
-fn plural(count: usize, noun: &str) -> String {
+pub fn plural(count: usize, noun: &str) -> String {
     if count == 1 { format!("1 {noun}") } else { format!("{count} {noun}s") }
 }

@@ -9,6 +9,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 mod client;
+mod history;
 
 use client::{ApplySource, CliError, Client, Confirm};
 use fleet::calls::auth;
@@ -102,6 +103,57 @@ enum Command {
         #[arg(long = "override", value_name = "POLICY=REASON")]
         overrides: Vec<String>,
         /// Print the result (the plan and the number of calls applied) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the tenant's revisions, newest first: one per apply.
+    History {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// How many revisions to list, at most 1000.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+        /// Print the revisions as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints revision N's document, exactly as it was applied.
+    Revision {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The revision.
+        number: u64,
+        /// Write the document here (JSON, or YAML for .yaml/.yml) instead of stdout.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// Applies revision N's document (with its prune flag) again: the plan is shown and
+    /// confirmed as for apply, and the rollback is a new revision. Exit codes as for apply.
+    Rollback {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The revision to return to.
+        number: u64,
+        /// Apply without asking. Without a terminal, rollback refuses unless --yes.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Override a mandatory policy's denials, saying why (audited); repeat for more.
+        #[arg(long = "override", value_name = "POLICY=REASON")]
+        overrides: Vec<String>,
+        /// Print the result (the plan and the number of calls applied) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows what changed from revision A's document to revision B's, by kind and key.
+    /// Exit code: 0 the same, 2 different, 1 error.
+    Diff {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The older revision.
+        from: u64,
+        /// The newer revision.
+        to: u64,
+        /// Print the changes as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -312,7 +364,14 @@ fn main() -> ExitCode {
     };
     let is_client = matches!(
         cli.command,
-        Command::Export { .. } | Command::Plan { .. } | Command::Apply { .. } | Command::Status { .. }
+        Command::Export { .. }
+            | Command::Plan { .. }
+            | Command::Apply { .. }
+            | Command::Status { .. }
+            | Command::History { .. }
+            | Command::Revision { .. }
+            | Command::Rollback { .. }
+            | Command::Diff { .. }
     );
     let db_given =
         matches.subcommand().is_some_and(|(_, sub)| sub.value_source("db") == Some(ValueSource::CommandLine))
@@ -346,6 +405,20 @@ fn main() -> ExitCode {
                 let confirm = if yes { Confirm::Given } else { Confirm::Ask };
                 client::apply(&client, &source, &overrides, json, confirm)
             })
+        }
+        Command::History { server, limit, json } => {
+            client(&server).and_then(|client| history::history(&client, limit, json))
+        }
+        Command::Revision { server, number, output } => {
+            client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
+        }
+        Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
+            let overrides = client::overrides(&overrides)?;
+            let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+            client::apply(&client, &ApplySource::Revision(number), &overrides, json, confirm)
+        }),
+        Command::Diff { server, from, to, json } => {
+            client(&server).and_then(|client| history::diff(&client, from, to, json))
         }
         Command::Status { server, refresh, json } => {
             client(&server).and_then(|client| client::status(&client, json, refresh))
@@ -444,7 +517,14 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
                 .with_context(|| format!("writing {}", output.display()))?;
             Ok(())
         }
-        Command::Export { .. } | Command::Plan { .. } | Command::Apply { .. } | Command::Status { .. } => {
+        Command::Export { .. }
+        | Command::Plan { .. }
+        | Command::Apply { .. }
+        | Command::Status { .. }
+        | Command::History { .. }
+        | Command::Revision { .. }
+        | Command::Rollback { .. }
+        | Command::Diff { .. } => {
             bail!("client commands do not use the database")
         }
     }

@@ -1,0 +1,174 @@
+//! Revisions (SPEC §15): every apply keeps the document it applied as the tenant's next
+//! revision, in the apply's own transaction; `compute.fleet.history` lists them newest
+//! first and `compute.fleet.revision` gives one back, document and all, exactly as it
+//! was applied.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::api::ApiError;
+use crate::app::App;
+use crate::calls::auth::Caller;
+use crate::calls::input::{Input, Page};
+use crate::calls::parse_body;
+use crate::calls::registry::{Method, MethodKind, Registry};
+use crate::db::{self, Conn};
+use crate::params;
+
+pub fn register(registry: &mut Registry) {
+    let mut paging = Page::schema_properties();
+    paging.insert(
+        "after".into(),
+        json!({"type": "integer", "minimum": 1, "description": "List the revisions older than this one."}),
+    );
+    registry.register(
+        Method::planner("fleet", "history", MethodKind::Read, Arc::new(history))
+            .phase("v0.3")
+            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls and prune flag. `after` pages on to older ones.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "properties": paging}),
+                json!({"type": "object", "required": ["revisions"], "properties": {
+                    "revisions": {"type": "array", "items": revision_schema(false)}}}),
+            ),
+    );
+    registry.register(
+        Method::planner("fleet", "revision", MethodKind::Read, Arc::new(revision))
+            .phase("v0.3")
+            .summary("One revision: what history lists of it, the overrides of its apply, and the document exactly as applied.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "required": ["revision"], "properties": {
+                    "revision": {"type": "integer", "minimum": 1}}}),
+                revision_schema(true),
+            ),
+    );
+}
+
+fn revision_schema(whole: bool) -> Value {
+    let mut schema = json!({"type": "object",
+        "required": ["revision", "planHash", "appliedBy", "appliedAt", "calls", "prune"],
+        "properties": {
+            "revision": {"type": "integer", "minimum": 1},
+            "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+            "appliedBy": {"type": "string"},
+            "appliedAt": {"type": "string", "format": "date-time"},
+            "calls": {"type": "integer", "minimum": 0},
+            "prune": {"type": "boolean"}}});
+    if whole {
+        schema["required"].as_array_mut().into_iter().for_each(|required| {
+            required.extend([json!("document"), json!("overrides")]);
+        });
+        schema["properties"]["document"] = json!({"type": "object"});
+        schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
+            "required": ["policy", "reason"],
+            "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}});
+    }
+    schema
+}
+
+/// What an apply keeps of itself as a revision.
+pub struct Kept<'a> {
+    pub document: &'a str,
+    pub prune: bool,
+    pub plan_hash: &'a str,
+    pub applied_by: &'a str,
+    pub applied_at: &'a str,
+    pub calls: u64,
+    /// `[{"policy", "reason"}]`, as JSON text.
+    pub overrides: &'a str,
+}
+
+/// Inside an apply's transaction, under the tenant's write lock: keeps `kept` as the
+/// tenant's next revision and answers its number. The primary key finds the last one.
+pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
+    let last: i64 = db.query_one(
+        "SELECT coalesce(max(revision), 0) FROM fleet_revisions WHERE tenant = ?1",
+        params![tenant],
+        |row| row.get(0),
+    )?;
+    let revision = last + 1;
+    db.execute(
+        "INSERT INTO fleet_revisions
+           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            tenant,
+            revision,
+            kept.document,
+            kept.prune,
+            kept.plan_hash,
+            kept.applied_by,
+            kept.applied_at,
+            i64::try_from(kept.calls).unwrap_or(i64::MAX),
+            kept.overrides,
+        ],
+    )?;
+    Ok(revision)
+}
+
+/// The columns history lists, as the answer's members.
+const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune";
+
+fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
+    let mut revision = Map::new();
+    revision.insert("revision".into(), json!(row.get::<i64>(0)?));
+    revision.insert("planHash".into(), json!(row.get::<String>(1)?));
+    revision.insert("appliedBy".into(), json!(row.get::<String>(2)?));
+    revision.insert("appliedAt".into(), json!(row.get::<String>(3)?));
+    revision.insert("calls".into(), json!(row.get::<i64>(4)?));
+    revision.insert("prune".into(), json!(row.get::<bool>(5)?));
+    Ok(revision)
+}
+
+/// Newest first, from the primary key's index: a page costs its rows, not the history's
+/// length, and no document is read.
+fn history(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+    let after = input.count("after", false);
+    if after == Some(0) {
+        input.problem("after", "must be a revision, 1 or more");
+    }
+    let limit = input.limit();
+    input.finish()?;
+    // Older than `after`: the list is newest first.
+    let before = after.map_or(i64::MAX, |after| i64::try_from(after).unwrap_or(i64::MAX));
+    let mut revisions = Vec::new();
+    db::transaction(&db, db::Tx::Read, |db| {
+        Ok(db.for_each(
+            &format!(
+                "SELECT {LISTED} FROM fleet_revisions WHERE tenant = ?1 AND revision < ?2
+                 ORDER BY revision DESC LIMIT ?3"
+            ),
+            params![&caller.tenant, before, limit as i64],
+            |row| {
+                revisions.push(Value::Object(listed(row)?));
+                Ok(())
+            },
+        )?)
+    })?;
+    Ok(json!({ "revisions": revisions }).to_string())
+}
+
+/// One revision, its document as the text the apply was sent (so exactly as applied).
+fn revision(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+    let number = input.count("revision", true);
+    input.finish()?;
+    let number = number.unwrap_or_default();
+    let found = db::transaction(&db, db::Tx::Read, |db| {
+        Ok(db.query_opt(
+            &format!("SELECT {LISTED}, overrides, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
+            params![&caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
+            |row| Ok((listed(row)?, row.get::<String>(6)?, row.get::<String>(7)?)),
+        )?)
+    })?;
+    let Some((mut revision, overrides, document)) = found else {
+        return Err(ApiError::not_found(format!("this tenant has no revision {number}")));
+    };
+    let overrides: Value = serde_json::from_str(&overrides).map_err(|error| db::decode(6, error))?;
+    revision.insert("overrides".into(), overrides);
+    // The document goes out as it was stored, byte for byte: spliced in, not re-encoded.
+    let head = Value::Object(revision).to_string();
+    let head = head.strip_suffix('}').unwrap_or(&head);
+    Ok(format!("{head},\"document\":{document}}}"))
+}

@@ -1,0 +1,150 @@
+//! History and rollback end to end (SPEC §15): every apply is a revision, listed newest
+//! first, given back exactly as applied, kept to its tenant; the command line lists,
+//! prints, compares and rolls back.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::cli::fleet as cli;
+use crate::fleet::estate;
+use crate::support::{Server, code};
+
+fn revisions(server: &Server, token: &str, body: Value) -> Vec<Value> {
+    server.ok(token, "fleet/history", body)["revisions"].as_array().expect("revisions").clone()
+}
+
+fn numbers(revisions: &[Value]) -> Vec<u64> {
+    revisions.iter().map(|revision| revision["revision"].as_u64().expect("a number")).collect()
+}
+
+/// The answer to `method` as the text the server sent.
+fn text(server: &Server, token: &str, method: &str, body: &str) -> String {
+    let response = reqwest::blocking::Client::new()
+        .post(format!("{}/api/compute/{method}", server.base))
+        .bearer_auth(token)
+        .body(body.to_owned())
+        .send()
+        .expect("the server answers");
+    assert_eq!(response.status(), 200);
+    response.text().expect("a body")
+}
+
+#[test]
+fn every_apply_is_a_revision_listed_newest_first_and_given_back_exactly() {
+    let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies/gpus-per-pool.rego");
+    let server = Server::start(&["--policy", &format!("mandatory:{}", policy.display())]);
+    let token = server.tenant_with_token("acme");
+    assert_eq!(revisions(&server, &token, json!({})), Vec::<Value>::new());
+
+    // Sent with its own spacing and member order, which the revision keeps.
+    let first = r#"{"providerAccounts": {"aws-main": {"provider": "aws"}},
+        "sites":   {"eu-west": {"region": "eu-west-1", "labels": {"tier": "prod"}}}}"#;
+    let applied = text(&server, &token, "fleet/apply", &format!(r#"{{"document": {first}}}"#));
+    let applied: Value = serde_json::from_str(&applied).unwrap();
+    let mut second = estate();
+    second["pools"]["gpu-a"]["gpus"] = json!(96);
+    let overrides = json!([{"policy": "gpus-per-pool", "reason": "the new racks"}]);
+    server.ok(&token, "fleet/apply", json!({"document": second, "prune": true, "overrides": overrides}));
+
+    let listed = revisions(&server, &token, json!({}));
+    assert_eq!(numbers(&listed), [2, 1]);
+    let newest = &listed[0];
+    assert_eq!((newest["appliedBy"].as_str(), newest["prune"].as_bool()), (Some("alice"), Some(true)));
+    assert_eq!(newest["calls"], 5, "{newest}");
+    assert_eq!(listed[1]["planHash"], applied["plan"]["planHash"]);
+    assert_eq!(listed[1]["calls"], 2);
+    assert!(newest.get("document").is_none(), "history lists no documents: {newest}");
+    let status = server.ok(&token, "fleet/status", json!({}));
+    assert_eq!(status["applied"]["revision"], 2, "{status}");
+    assert_eq!(status["applied"]["planHash"], newest["planHash"]);
+
+    // A page at a time, older ones after the last seen.
+    assert_eq!(numbers(&revisions(&server, &token, json!({"limit": 1}))), [2]);
+    assert_eq!(numbers(&revisions(&server, &token, json!({"after": 2}))), [1]);
+    assert_eq!(numbers(&revisions(&server, &token, json!({"after": 1}))), Vec::<u64>::new());
+
+    // Revision 1's document exactly as it was sent; revision 2's overrides with it.
+    let one = text(&server, &token, "fleet/revision", r#"{"revision": 1}"#);
+    assert!(one.contains(first), "{one}");
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert_eq!((one["revision"].as_u64(), one["overrides"].clone()), (Some(1), json!([])));
+    let two = server.ok(&token, "fleet/revision", json!({"revision": 2}));
+    assert_eq!(two["document"], second);
+    assert_eq!(two["overrides"], overrides);
+    assert_eq!(two["planHash"], newest["planHash"]);
+
+    // Bad input, and another tenant, see nothing.
+    for (body, expected) in [
+        (json!({"revision": 3}), "NOT_FOUND"),
+        (json!({"revision": 0}), "NOT_FOUND"),
+        (json!({}), "INVALID_ARGUMENT"),
+        (json!({"revision": "1"}), "INVALID_ARGUMENT"),
+    ] {
+        assert_eq!(code(&server.call(&token, "fleet/revision", body.clone()).1), expected, "{body}");
+    }
+    for body in [json!({"after": 0}), json!({"limit": 0}), json!({"limit": 1001}), json!({"before": 1})] {
+        assert_eq!(code(&server.call(&token, "fleet/history", body.clone()).1), "INVALID_ARGUMENT", "{body}");
+    }
+    let other = server.tenant_with_token("globex");
+    assert_eq!(revisions(&server, &other, json!({})), Vec::<Value>::new());
+    assert_eq!(code(&server.call(&other, "fleet/revision", json!({"revision": 1})).1), "NOT_FOUND");
+}
+
+#[test]
+fn the_command_line_lists_prints_compares_and_rolls_back() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let dir = server.dir.path();
+    let mut bigger = estate();
+    bigger["pools"]["gpu-a"]["gpus"] = json!(128);
+    bigger["flavors"]["g1-small"] = json!({"pool": "gpu-a", "vcpus": 2, "memoryMib": 8192, "diskGib": 20});
+    for document in [estate(), bigger.clone()] {
+        std::fs::write(dir.join("fleet.json"), document.to_string()).unwrap();
+        let applied = cli(&server, &token, &["apply", "fleet.json", "--yes"]);
+        assert!(applied.status.success(), "{applied:?}");
+    }
+
+    let history = cli(&server, &token, &["history"]);
+    let listed = String::from_utf8_lossy(&history.stdout);
+    assert!(history.status.success(), "{history:?}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(lines[0].trim_start().starts_with("2 ") && lines[0].contains("by alice, 2 calls, prune off"), "{listed}");
+    assert!(lines[1].trim_start().starts_with("1 ") && lines[1].contains("6 calls"), "{listed}");
+
+    let printed = cli(&server, &token, &["revision", "1", "-o", "one.yaml"]);
+    assert!(printed.status.success(), "{printed:?}");
+    let one: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("one.yaml")).unwrap()).unwrap();
+    assert_eq!(one, estate());
+
+    // What changed from 1 to 2, as a plan words it; exit code 2 for a difference.
+    let diff = cli(&server, &token, &["diff", "1", "2"]);
+    let shown = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(2), "{diff:?}");
+    assert!(shown.contains("~ pool gpu-a: update (gpus 64 -> 128)"), "{shown}");
+    assert!(shown.contains("+ flavor g1-small: create (pool gpu-a, vcpus 2, memoryMib 8192, diskGib 20)"), "{shown}");
+    assert!(shown.contains("1 created, 1 updated, 0 no longer in the document"), "{shown}");
+    let backwards = cli(&server, &token, &["diff", "2", "1", "--json"]);
+    let backwards: Value = serde_json::from_slice(&backwards.stdout).unwrap();
+    let actions: Vec<&str> = backwards["changes"].as_array().unwrap().iter().map(|c| c["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["remove", "update"], "{backwards}");
+    assert_eq!(cli(&server, &token, &["diff", "1", "9"]).status.code(), Some(1));
+
+    // Without a terminal a rollback asks and cannot, so changes nothing.
+    let refused = cli(&server, &token, &["rollback", "1"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(numbers(&revisions(&server, &token, json!({}))), [2, 1]);
+    // With --yes it is an apply of revision 1's document: a new revision, history kept.
+    let rolled = cli(&server, &token, &["rollback", "1", "--yes"]);
+    let said = String::from_utf8_lossy(&rolled.stdout);
+    assert!(rolled.status.success(), "{rolled:?}");
+    assert!(said.contains("~ pool gpu-a: update (gpus 128 -> 64)") && said.contains("Applied 1 call."), "{said}");
+    assert_eq!(numbers(&revisions(&server, &token, json!({}))), [3, 2, 1]);
+    let same = cli(&server, &token, &["diff", "1", "3"]);
+    assert_eq!(same.status.code(), Some(0), "{same:?}");
+    let exported = server.ok(&token, "fleet/export", json!({}));
+    assert_eq!(exported["document"]["pools"]["gpu-a"]["gpus"], 64);
+    // The flavor the rollback's document no longer names is left alone (no prune).
+    assert!(exported["document"]["flavors"].get("g1-small").is_some());
+}
