@@ -403,10 +403,11 @@ async function connect(token) {
 
 /** Asks before applying, with the plan's summary; loudly when it deletes or archives. */
 function confirmApply(plan) {
-  const { create, update, restore, delete: deletes, archive } = plan.summary;
+  const { create, update, restore, delete: deletes, archive, rename } = plan.summary;
   const calls = plan.calls.length;
+  const renames = rename ? `, ${rename} to rename` : '';
   const lines = [`Apply ${calls} ${calls === 1 ? 'call' : 'calls'} to the tenant?`,
-    `${create} to create, ${update} to update, ${restore} to restore.`];
+    `${create} to create, ${update} to update, ${restore} to restore${renames}.`];
   if (deletes + archive > 0) {
     lines.unshift(`⚠ THIS DELETES ${deletes} AND ARCHIVES ${archive} ${deletes + archive === 1 ? 'OBJECT' : 'OBJECTS'}.`);
   }

@@ -20,11 +20,28 @@ use crate::{Error, ErrorCode, json};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Document {
     pub(crate) sections: Vec<BTreeMap<String, Vec<Value>>>,
+    /// Renames (SPEC §15), sorted by kind and `from`.
+    pub(crate) moved: Vec<Move>,
 }
+
+/// `{"kind", "from", "to"}`: the object bound to the name `from` is now named `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Move {
+    pub(crate) from: String,
+    #[serde(rename = "kind")]
+    pub(crate) kind_name: &'static str,
+    pub(crate) to: String,
+    /// The kind's position in the catalogue.
+    #[serde(skip)]
+    pub(crate) kind: usize,
+}
+
+/// The document member that carries renames; no section may be called this.
+pub const MOVED: &str = "moved";
 
 impl Document {
     fn new(catalog: &Catalog) -> Document {
-        Document { sections: vec![BTreeMap::new(); catalog.len()] }
+        Document { sections: vec![BTreeMap::new(); catalog.len()], moved: Vec::new() }
     }
 
     pub(crate) fn section(&self, kind: usize) -> &BTreeMap<String, Vec<Value>> {
@@ -38,7 +55,7 @@ impl Document {
             .into_iter()
             .map(|kind| (catalog.get(kind), kind, (0..catalog.get(kind).fields.len()).collect()))
             .collect();
-        FilledDocument { document: self, kinds }
+        FilledDocument { document: self, kinds, moved: false }
     }
 
     /// The whole document filled in, sections and fields in canonical (sorted) order:
@@ -47,7 +64,7 @@ impl Document {
         let mut kinds: Vec<_> =
             catalog.iter().map(|(kind, descriptor)| (descriptor, kind, descriptor.alphabetical())).collect();
         kinds.sort_by_key(|(descriptor, _, _)| descriptor.section);
-        FilledDocument { document: self, kinds }
+        FilledDocument { document: self, kinds, moved: !self.moved.is_empty() }
     }
 }
 
@@ -56,13 +73,27 @@ pub(crate) struct FilledDocument<'a> {
     /// Per kind written: its descriptor, its position, and its field positions in the
     /// order they are written.
     kinds: Vec<(&'static Descriptor, usize, Vec<usize>)>,
+    /// Whether `moved` is written, among the sections in sorted order.
+    moved: bool,
 }
 
 impl Serialize for FilledDocument<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.kinds.iter().map(|(descriptor, kind, order)| {
-            (descriptor.section, FilledSection { descriptor, order, objects: self.document.section(*kind) })
-        }))
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(None)?;
+        let mut moved = self.moved;
+        for (descriptor, kind, order) in &self.kinds {
+            if moved && descriptor.section > MOVED {
+                map.serialize_entry(MOVED, &self.document.moved)?;
+                moved = false;
+            }
+            let objects = self.document.section(*kind);
+            map.serialize_entry(descriptor.section, &FilledSection { descriptor, order, objects })?;
+        }
+        if moved {
+            map.serialize_entry(MOVED, &self.document.moved)?;
+        }
+        map.end()
     }
 }
 
@@ -264,6 +295,10 @@ fn parse_overrides(value: &Json, problems: &mut Problems) -> Vec<Override> {
 fn parse_document(catalog: &Catalog, document: &Map<String, Json>, problems: &mut Problems) -> Document {
     let mut parsed = Document::new(catalog);
     for (section, objects) in document {
+        if section == MOVED {
+            parsed.moved = parse_moves(catalog, objects, problems);
+            continue;
+        }
         let Some(kind) = catalog.by_section(section) else {
             let sections: Vec<&str> = catalog.iter().map(|(_, kind)| kind.section).collect();
             problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
@@ -282,6 +317,79 @@ fn parse_document(catalog: &Catalog, document: &Map<String, Json>, problems: &mu
         }
     }
     parsed
+}
+
+/// `moved`: `[{"kind", "from", "to"}]` of kinds whose objects are named by bindings,
+/// each name a name of the grammar, `from` and `to` different; within a kind no name is
+/// moved twice, to twice, or both moved and moved to (so no entry depends on another).
+fn parse_moves(catalog: &Catalog, value: &Json, problems: &mut Problems) -> Vec<Move> {
+    let Json::Array(items) = value else {
+        problems.push(pointer(&[MOVED]), "must be an array of {\"kind\", \"from\", \"to\"} objects");
+        return Vec::new();
+    };
+    let mut moves: Vec<Move> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = index.to_string();
+        let path = |member: &str| pointer(&[MOVED, &at, member]);
+        let Json::Object(members) = item else {
+            problems.push(pointer(&[MOVED, &at]), "must be an object {\"kind\", \"from\", \"to\"}");
+            continue;
+        };
+        for name in members.keys().filter(|name| !matches!(name.as_str(), "kind" | "from" | "to")) {
+            problems.push(path(name), "unknown field");
+        }
+        let kind = match members.get("kind") {
+            Some(Json::String(name)) => match catalog.by_kind(name) {
+                Some(kind) if catalog.get(kind).upserted() => {
+                    let descriptor = catalog.get(kind);
+                    let identity = descriptor.identity_name();
+                    problems.push(
+                        path("kind"),
+                        format!(
+                            "{} are keyed by their {identity}, not named, so they are not renamed",
+                            descriptor.section
+                        ),
+                    );
+                    None
+                }
+                Some(kind) => Some(kind),
+                None => {
+                    let kinds: Vec<&str> = catalog.iter().map(|(_, descriptor)| descriptor.kind).collect();
+                    problems.push(path("kind"), format!("unknown kind; the kinds are {}", kinds.join(", ")));
+                    None
+                }
+            },
+            _ => {
+                problems.push(path("kind"), "must be a kind, such as pool");
+                None
+            }
+        };
+        let mut name = |member: &str| match members.get(member) {
+            Some(Json::String(name)) if is_name(name) => Some(name.clone()),
+            _ => {
+                problems.push(path(member), format!("must be a name matching {NAME_PATTERN}"));
+                None
+            }
+        };
+        let (from, to) = (name("from"), name("to"));
+        let (Some(kind), Some(from), Some(to)) = (kind, from, to) else { continue };
+        if from == to {
+            problems.push(path("to"), "is the same name as from");
+            continue;
+        }
+        let same_kind = || moves.iter().filter(|known| known.kind == kind);
+        if same_kind().any(|known| known.from == from) {
+            problems.push(path("from"), "another entry moves this name too");
+        } else if same_kind().any(|known| known.to == to) {
+            problems.push(path("to"), "another entry moves to this name too");
+        } else if same_kind().any(|known| known.to == from || known.from == to) {
+            problems.push(path("from"), "another entry moves to or from these names: rename in two applies");
+        } else {
+            moves.push(Move { from, kind_name: catalog.get(kind).kind, to, kind });
+        }
+    }
+    moves.sort_by(|left, right| (left.kind, &left.from).cmp(&(right.kind, &right.from)));
+    moves
 }
 
 fn check_key(catalog: &Catalog, kind: usize, key: &str, problems: &mut Problems) -> bool {

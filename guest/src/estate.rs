@@ -18,6 +18,19 @@ struct Table {
     id_to_name: HashMap<String, String>,
 }
 
+/// What a rename finds in the bindings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Renamed {
+    /// `from` named the object with this id, and now `to` does.
+    Now(String),
+    /// `to` names an object and `from` no other: the move was applied before.
+    Done,
+    /// `from` names the object with this id, and `to` another object.
+    Taken(String),
+    /// Neither name names anything.
+    Nothing,
+}
+
 #[derive(Debug)]
 pub(crate) struct Estate {
     pub(crate) caller: Caller,
@@ -103,6 +116,29 @@ impl Estate {
     /// The id an existing object bound to `name` has.
     pub(crate) fn bound(&self, kind: usize, name: &str) -> Option<&str> {
         self.tables[kind].name_to_id.get(name).map(String::as_str)
+    }
+
+    /// Renames the object bound to `from` to `to` (SPEC §15), as the bindings will be
+    /// once the plan is applied, and says what the move is.
+    pub(crate) fn rename(&mut self, kind: usize, from: &str, to: &str) -> Renamed {
+        let table = &mut self.tables[kind];
+        match (table.name_to_id.get(from).cloned(), table.name_to_id.get(to)) {
+            (Some(id), None) => {
+                table.name_to_id.remove(from);
+                table.name_to_id.insert(to.to_owned(), id.clone());
+                // The id's key is its smallest name, as when the bindings were read.
+                let smallest = table.name_to_id.iter().filter(|(_, bound)| **bound == id).map(|(name, _)| name).min();
+                match smallest {
+                    Some(name) => table.id_to_name.insert(id.clone(), name.clone()),
+                    None => table.id_to_name.remove(&id),
+                };
+                Renamed::Now(id)
+            }
+            (Some(id), Some(other)) if *other == id => Renamed::Done,
+            (Some(id), Some(_)) => Renamed::Taken(id),
+            (None, Some(_)) => Renamed::Done,
+            (None, None) => Renamed::Nothing,
+        }
     }
 
     /// The key export gives the object with this id: its bound name, else the id.

@@ -10,6 +10,12 @@ use crate::{Caller, Error, ErrorCode};
 /// `SHA-256("fleet-id\0" + tenant + "\0" + principal + "\0" + kind + "\0" + key)` in
 /// lowercase unpadded base32. Owner quotas have no ids.
 pub(crate) fn planned_id(caller: &Caller, kind: &Descriptor, key: &str) -> Option<String> {
+    planned_id_again(caller, kind, key, None)
+}
+
+/// The id of a create whose first derivation is taken (SPEC §15: by an object renamed
+/// away from `key`): derived again with `"\0" + n` appended to the hashed string.
+pub(crate) fn planned_id_again(caller: &Caller, kind: &Descriptor, key: &str, again: Option<u32>) -> Option<String> {
     let prefix = kind.id_prefix()?;
     let mut hasher = Sha256::new();
     for part in ["fleet-id", caller.tenant.as_str(), caller.principal.as_str(), kind.kind] {
@@ -17,6 +23,10 @@ pub(crate) fn planned_id(caller: &Caller, kind: &Descriptor, key: &str) -> Optio
         hasher.update([0]);
     }
     hasher.update(key.as_bytes());
+    if let Some(n) = again {
+        hasher.update([0]);
+        hasher.update(n.to_string().as_bytes());
+    }
     let digest = hasher.finalize();
     let encoded = data_encoding::BASE32_NOPAD.encode(&digest[..16]);
     Some(format!("{prefix}_{}", encoded.to_ascii_lowercase()))

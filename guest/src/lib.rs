@@ -47,7 +47,7 @@ pub use kinds::{Catalog, Descriptor};
 pub use policy::{Level, Policy};
 pub use state::{Binding, Caller, Object, Snapshot, Value};
 
-pub use document::{PLAN_HASH_FORM, is_plan_hash};
+pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
@@ -139,7 +139,7 @@ fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan
     }
     let catalog = catalog(host)?;
     let (request, problems) = document::parse_plan(&catalog, request, is_apply)?;
-    let estate = estate(host, catalog)?;
-    let plan = plan::plan(&estate, &request, problems, host)?;
+    let mut estate = estate(host, catalog)?;
+    let plan = plan::plan(&mut estate, &request, problems, host)?;
     Ok((plan, request))
 }

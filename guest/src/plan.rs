@@ -5,8 +5,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::{Serialize, Serializer};
 
-use crate::document::{PlanRequest, Problems, pointer};
-use crate::estate::Estate;
+use crate::document::{Move, PlanRequest, Problems, pointer};
+use crate::estate::{Estate, Renamed};
 use crate::hash;
 use crate::kinds::{Descriptor, Removal, Rule};
 use crate::plugins::{Subject, object_json};
@@ -23,6 +23,8 @@ pub(crate) enum Action {
     Delete,
     Archive,
     Restore,
+    /// A name binding moved (SPEC §15): no call.
+    Rename,
 }
 
 impl Action {
@@ -33,6 +35,7 @@ impl Action {
             Action::Delete => "delete",
             Action::Archive => "archive",
             Action::Restore => "restore",
+            Action::Rename => "rename",
         }
     }
 }
@@ -49,6 +52,9 @@ pub(crate) struct Change {
     pub(crate) action: Action,
     pub(crate) kind: &'static str,
     pub(crate) key: String,
+    /// A rename's old name; `key` is its new one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) id: Option<String>,
     pub(crate) fields: Vec<FieldChange>,
@@ -105,6 +111,9 @@ pub(crate) struct Summary {
     pub(crate) restore: usize,
     pub(crate) unchanged: usize,
     pub(crate) blocked: usize,
+    /// With renames in the document: those the plan makes (SPEC §15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rename: Option<usize>,
     /// With policies in force: their denials that block the plan (SPEC §14).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) denied: Option<usize>,
@@ -182,10 +191,11 @@ fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::O
 
 fn canonical_changes<S: Serializer>(changes: &&[Change], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(changes.iter().map(|change| {
-        let Change { action, kind, key, id, fields, text } = change;
+        let Change { action, kind, key, from, id, fields, text } = change;
         CanonicalMap([
             ("action", Some(Member::Text(action.verb()))),
             ("fields", Some(Member::FieldChanges(fields))),
+            ("from", from.as_deref().map(Member::Text)),
             ("id", id.as_deref().map(Member::Text)),
             ("key", Some(Member::Text(key))),
             ("kind", Some(Member::Text(kind))),
@@ -293,11 +303,15 @@ struct Planner<'a> {
 /// so far; key problems found here join them, and any problem fails the plan. The host
 /// runs the checks of plugin kinds.
 pub(crate) fn plan(
-    estate: &Estate,
+    estate: &mut Estate,
     request: &PlanRequest,
     mut problems: Problems,
     host: &dyn Host,
 ) -> Result<Plan, Error> {
+    // The document's renames first: the rest is planned under the new names.
+    let renames: Vec<Renamed> =
+        request.document.moved.iter().map(|moved| estate.rename(moved.kind, &moved.from, &moved.to)).collect();
+    let estate = &*estate;
     let kinds = estate.catalog.len();
     let mut planner = Planner {
         estate,
@@ -318,7 +332,13 @@ pub(crate) fn plan(
     };
     planner.resolve_keys(request, &mut problems);
     problems.into_result()?;
+    if !request.document.moved.is_empty() {
+        planner.plan.summary.rename = Some(0);
+    }
     for kind in 0..kinds {
+        for (moved, renamed) in request.document.moved.iter().zip(&renames).filter(|(moved, _)| moved.kind == kind) {
+            planner.plan_rename(moved, renamed);
+        }
         if estate.kind(kind).plugin {
             planner.check_plugin_kind(kind, host)?;
         }
@@ -370,7 +390,7 @@ impl<'a> Planner<'a> {
                             // Only for modules that do not run: the object is out of sight.
                             None => Target::Create(Some(id.to_owned())),
                         },
-                        None => Target::Create(hash::planned_id(&estate.caller, descriptor, key)),
+                        None => Target::Create(free_id(estate, kind, key)),
                     }
                 };
                 if let Target::Existing(current) = &target
@@ -411,6 +431,45 @@ impl<'a> Planner<'a> {
             }
         }
         (current == Some(text)).then_some(text)
+    }
+
+    /// A rename of the document (SPEC §15): a change without a call, blocked when
+    /// nothing has the old name or another object has the new one; none once done.
+    fn plan_rename(&mut self, moved: &Move, renamed: &Renamed) {
+        let descriptor = self.estate.kind(moved.kind);
+        let (from, to) = (moved.from.as_str(), moved.to.as_str());
+        let reason = match renamed {
+            Renamed::Done => return,
+            _ if !self.estate.runs(moved.kind) => {
+                Some(format!("the {} module is not run by this deployment", descriptor.group))
+            }
+            Renamed::Now(_) => None,
+            Renamed::Taken(_) => Some(format!("{to} already names another {}", descriptor.kind)),
+            Renamed::Nothing => Some(format!("nothing is named {from}")),
+        };
+        let id = match renamed {
+            Renamed::Now(id) | Renamed::Taken(id) => Some(id.clone()),
+            Renamed::Done | Renamed::Nothing => None,
+        };
+        let text = match &reason {
+            None => text::rename(descriptor, from, to),
+            Some(reason) => text::blocked(descriptor, to, [reason.as_str()].into_iter()),
+        };
+        let (kind, key) = (descriptor.kind, to.to_owned());
+        let change = Change {
+            action: Action::Rename,
+            kind,
+            key: key.clone(),
+            from: Some(from.to_owned()),
+            id,
+            fields: Vec::new(),
+            text,
+        };
+        self.plan.changes.push(change);
+        match reason {
+            None => *self.plan.summary.rename.get_or_insert(0) += 1,
+            Some(reason) => self.plan.blocked.push(Blocked { kind, key, field: None, reason }),
+        }
     }
 
     fn plan_entry(&mut self, kind: usize, position: usize) {
@@ -503,7 +562,15 @@ impl<'a> Planner<'a> {
             };
             let text = text::blocked(descriptor, key, reasons.iter().map(|(_, reason)| reason.as_str()));
             let kind = descriptor.kind;
-            self.plan.changes.push(Change { action, kind, key: key.to_owned(), id: id(), fields: changes, text });
+            self.plan.changes.push(Change {
+                action,
+                kind,
+                key: key.to_owned(),
+                from: None,
+                id: id(),
+                fields: changes,
+                text,
+            });
             self.plan.blocked.extend(reasons.into_iter().map(|(field, reason)| Blocked {
                 kind,
                 key: key.to_owned(),
@@ -528,6 +595,7 @@ impl<'a> Planner<'a> {
                 action: Action::Create,
                 kind: descriptor.kind,
                 key: key.to_owned(),
+                from: None,
                 id,
                 fields: changes,
                 text,
@@ -558,6 +626,7 @@ impl<'a> Planner<'a> {
                 action: Action::Restore,
                 kind: descriptor.kind,
                 key: key.to_owned(),
+                from: None,
                 id: id.clone(),
                 fields: Vec::new(),
                 text,
@@ -580,6 +649,7 @@ impl<'a> Planner<'a> {
             action: Action::Update,
             kind: descriptor.kind,
             key: key.to_owned(),
+            from: None,
             id,
             fields: changes,
             text,
@@ -773,8 +843,15 @@ impl<'a> Planner<'a> {
                 }
                 if let Some(missing) = self.not_permitted(descriptor) {
                     let text = text::blocked(descriptor, key, [missing.as_str()].into_iter());
-                    let change =
-                        Change { action, kind: descriptor.kind, key: key.to_owned(), id, fields: Vec::new(), text };
+                    let change = Change {
+                        action,
+                        kind: descriptor.kind,
+                        key: key.to_owned(),
+                        from: None,
+                        id,
+                        fields: Vec::new(),
+                        text,
+                    };
                     self.plan.changes.push(change);
                     let blocked = Blocked { kind: descriptor.kind, key: key.to_owned(), field: None, reason: missing };
                     self.plan.blocked.push(blocked);
@@ -789,6 +866,7 @@ impl<'a> Planner<'a> {
                     action,
                     kind: descriptor.kind,
                     key: key.to_owned(),
+                    from: None,
                     id,
                     fields: Vec::new(),
                     text,
@@ -800,6 +878,18 @@ impl<'a> Planner<'a> {
 }
 
 /// A call that takes only the object's identity: delete, archive, restore.
+/// The id a create of `key` gets (SPEC §6.2), derived again while it is taken (§15).
+fn free_id(estate: &Estate, kind: usize, key: &str) -> Option<String> {
+    let descriptor = estate.kind(kind);
+    let id = hash::planned_id(&estate.caller, descriptor, key)?;
+    if estate.get(kind, &id).is_none() {
+        return Some(id);
+    }
+    (2..=u32::MAX)
+        .filter_map(|n| hash::planned_id_again(&estate.caller, descriptor, key, Some(n)))
+        .find(|id| estate.get(kind, id).is_none())
+}
+
 fn removal_call(kind: &Descriptor, verb: &str, key: &str) -> Call {
     Call {
         method: kind.method(verb),
@@ -861,8 +951,10 @@ mod tests {
             let Ok((request, problems)) = parse_plan(&Catalog::built_in(), &read("request.json"), false) else {
                 continue;
             };
-            let estate = Estate::new(Catalog::built_in(), snapshot);
-            let Ok(plan) = plan(&estate, &request, problems, &Snapshot::empty(Caller::default())) else { continue };
+            let mut estate = Estate::new(Catalog::built_in(), snapshot);
+            let Ok(plan) = plan(&mut estate, &request, problems, &Snapshot::empty(Caller::default())) else {
+                continue;
+            };
             let hashed = Hashed::of(&estate, &request, &plan);
             assert!(hash::write_if_canonical(&hashed, std::io::sink()).unwrap(), "{case:?}");
             planned += 1;
@@ -874,8 +966,8 @@ mod tests {
         let (request, problems) =
             parse_plan(&Catalog::built_in(), &json!({"document": document, "prune": prune}).to_string(), false)
                 .unwrap();
-        let estate = Estate::new(Catalog::built_in(), snapshot.clone());
-        plan(&estate, &request, problems, &snapshot).unwrap()
+        let mut estate = Estate::new(Catalog::built_in(), snapshot.clone());
+        plan(&mut estate, &request, problems, &snapshot).unwrap()
     }
 
     fn methods(plan: &Plan) -> Vec<&str> {

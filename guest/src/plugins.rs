@@ -102,6 +102,11 @@ impl PluginKind {
         );
         expect(
             &mut problems,
+            self.section != crate::document::MOVED,
+            format!("section {:?} is the document's list of renames", self.section),
+        );
+        expect(
+            &mut problems,
             grammar::is_prefix(&self.id_prefix),
             format!("idPrefix {:?} does not match {PREFIX_PATTERN}", self.id_prefix),
         );

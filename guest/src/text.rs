@@ -60,6 +60,11 @@ pub(crate) fn update<'a>(
     format!("~ {} {key}: update ({})", kind.kind, changes.join(", "))
 }
 
+/// `~ pool gpu-a → gpu-main: rename`.
+pub(crate) fn rename(kind: &Descriptor, from: &str, to: &str) -> String {
+    format!("~ {} {from} → {to}: rename", kind.kind)
+}
+
 /// `~ pool gpu-a: restore`.
 pub(crate) fn restore(kind: &Descriptor, key: &str) -> String {
     format!("~ {} {key}: restore", kind.kind)

@@ -148,3 +148,128 @@ fn the_command_line_lists_prints_compares_and_rolls_back() {
     // The flavor the rollback's document no longer names is left alone (no prune).
     assert!(exported["document"]["flavors"].get("g1-small").is_some());
 }
+
+fn ids(server: &Server, token: &str, group: &str) -> Vec<String> {
+    let items = server.ok(token, &format!("{group}/list"), json!({}))["items"].as_array().expect("items").clone();
+    items.iter().map(|item| item["id"].as_str().expect("an id").to_owned()).collect()
+}
+
+/// `estate()` with its pool named `name`, and what references it following.
+fn with_pool_named(name: &str) -> Value {
+    let mut document = estate();
+    let pool = document["pools"]["gpu-a"].take();
+    document["pools"] = json!({ name: pool });
+    document["offers"]["ml-to-research"]["pool"] = json!(name);
+    document["flavors"]["g1-large"]["pool"] = json!(name);
+    document
+}
+
+#[test]
+fn a_rename_keeps_the_object_and_frees_its_old_name() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    let pool = ids(&server, &token, "pools");
+
+    // Renamed with a change under its new name: no call but the update, the same id.
+    let mut renamed = with_pool_named("gpu-main");
+    renamed["pools"]["gpu-main"]["gpus"] = json!(96);
+    renamed["moved"] = json!([{"kind": "pool", "from": "gpu-a", "to": "gpu-main"}]);
+    let plan = server.ok(&token, "fleet/plan", json!({"document": renamed}));
+    let rename = &plan["changes"][0];
+    assert_eq!(rename["action"], "rename", "{plan}");
+    assert_eq!((rename["from"].as_str(), rename["key"].as_str()), (Some("gpu-a"), Some("gpu-main")));
+    assert_eq!(rename["id"], pool[0].as_str());
+    assert_eq!(rename["text"], "~ pool gpu-a → gpu-main: rename");
+    assert_eq!(plan["summary"]["rename"], 1);
+    assert_eq!(methods(&plan), ["compute.pools.update"]);
+    let applied = server.ok(&token, "fleet/apply", json!({"document": renamed, "planHash": plan["planHash"]}));
+    assert_eq!(applied["applied"], 1);
+    assert_eq!(ids(&server, &token, "pools"), pool);
+    let exported = server.ok(&token, "fleet/export", json!({}))["document"].clone();
+    assert_eq!(exported["pools"]["gpu-main"]["gpus"], 96, "{exported}");
+    assert!(exported["pools"].get("gpu-a").is_none(), "{exported}");
+    assert_eq!(exported["flavors"]["g1-large"]["pool"], "gpu-main");
+
+    // The move left in the document is no change at all.
+    let again = server.ok(&token, "fleet/plan", json!({"document": renamed}));
+    assert_eq!((again["changes"].as_array().unwrap().len(), again["summary"]["rename"].as_u64()), (0, Some(0)));
+
+    // The old name is free: a pool created under it is a new object, with another id.
+    let mut both = renamed.clone();
+    both["pools"]["gpu-a"] = json!({"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml"});
+    let plan = server.ok(&token, "fleet/apply", json!({"document": both}))["plan"].clone();
+    let created = plan["changes"].as_array().unwrap().iter().find(|change| change["action"] == "create").unwrap();
+    assert_eq!(created["key"], "gpu-a");
+    assert_ne!(created["id"], pool[0].as_str());
+    let now = ids(&server, &token, "pools");
+    assert_eq!(now.len(), 2, "a new pool, not the renamed one again: {now:?}");
+
+    // Blocked renames change nothing; bad ones are refused with their path.
+    let mut nothing = both.clone();
+    nothing["moved"] = json!([{"kind": "pool", "from": "gpu-x", "to": "gpu-y"}]);
+    let (status, body) = server.call(&token, "fleet/apply", json!({"document": nothing}));
+    assert_eq!((status, code(&body)), (409, "INVALID_STATE"), "{body}");
+    assert_eq!(body["error"]["details"]["blocked"][0]["reason"], "nothing is named gpu-x");
+    let mut taken = both.clone();
+    taken["moved"] = json!([{"kind": "pool", "from": "gpu-main", "to": "gpu-a"}]);
+    let (_, body) = server.call(&token, "fleet/apply", json!({"document": taken}));
+    assert_eq!(body["error"]["details"]["blocked"][0]["reason"], "gpu-a already names another pool", "{body}");
+    for (moved, path) in [
+        (json!([{"kind": "nonsense", "from": "a", "to": "b"}]), "/moved/0/kind"),
+        (json!([{"kind": "pool", "from": "gpu-a", "to": "gpu-a"}]), "/moved/0/to"),
+        (json!({"kind": "pool"}), "/moved"),
+    ] {
+        let mut bad = both.clone();
+        bad["moved"] = moved;
+        let (status, body) = server.call(&token, "fleet/plan", json!({"document": bad}));
+        assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{body}");
+        assert!(crate::support::problem_paths(&body).contains(&path.to_owned()), "{body}");
+    }
+    assert_eq!(ids(&server, &token, "pools").len(), 2);
+
+    // The command line shows it.
+    std::fs::write(server.dir.path().join("back.json"), {
+        let mut back = both.clone();
+        back["pools"]["gpu-old"] = back["pools"]["gpu-main"].take();
+        back["pools"].as_object_mut().unwrap().remove("gpu-main");
+        back["offers"]["ml-to-research"]["pool"] = json!("gpu-old");
+        back["flavors"]["g1-large"]["pool"] = json!("gpu-old");
+        back["moved"] = json!([{"kind": "pool", "from": "gpu-main", "to": "gpu-old"}]);
+        back.to_string()
+    })
+    .unwrap();
+    let shown = cli(&server, &token, &["plan", "back.json"]);
+    let said = String::from_utf8_lossy(&shown.stdout);
+    assert!(said.contains("~ pool gpu-main → gpu-old: rename") && said.contains("0 to restore, 1 to rename;"), "{said}");
+}
+
+fn methods(plan: &Value) -> Vec<&str> {
+    plan["calls"].as_array().unwrap().iter().map(|call| call["method"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn a_plugin_kind_is_renamed_like_a_built_in_one() {
+    let plugin = std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm");
+    let server = Server::start(&["--plugin", plugin.to_str().unwrap()]);
+    let token = server.tenant_with_token("acme");
+    let mut document = json!({
+        "sites": {"eu-west": {"region": "eu-west-1"}},
+        "providerAccounts": {"aws-main": {"provider": "aws"}},
+        "pools": {"gpu-a": {"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml",
+                            "vcpus": 64, "gpus": 8}},
+        "reservations": {"ml-week": {"pool": "gpu-a", "owner": "team-research", "vcpus": 8, "gpus": 1,
+                                     "startsAt": "2026-12-01T00:00:00Z", "endsAt": "2026-12-08T00:00:00Z"}}
+    });
+    server.ok(&token, "fleet/apply", json!({"document": document}));
+    let before = ids(&server, &token, "reservations");
+    let reservation = document["reservations"]["ml-week"].take();
+    document["reservations"] = json!({"ml-first-week": reservation});
+    document["moved"] = json!([{"kind": "reservation", "from": "ml-week", "to": "ml-first-week"}]);
+    let applied = server.ok(&token, "fleet/apply", json!({"document": document}));
+    assert_eq!(applied["plan"]["changes"][0]["text"], "~ reservation ml-week → ml-first-week: rename", "{applied}");
+    assert_eq!(applied["applied"], 0);
+    assert_eq!(ids(&server, &token, "reservations"), before);
+    let exported = server.ok(&token, "fleet/export", json!({}))["document"].clone();
+    assert!(exported["reservations"].get("ml-first-week").is_some(), "{exported}");
+}

@@ -1,7 +1,7 @@
 //! Name bindings (SPEC §5): `(tenant, kind, name) -> id` for every object fleet created
 //! under a name. Export keys bound objects by name; plans resolve names through them.
 
-use fleet_guest::Binding;
+use fleet_guest::{Binding, Descriptor};
 
 use crate::api::ApiError;
 use crate::db::{self, Conn, Param};
@@ -38,6 +38,26 @@ pub fn bind<'a>(
             .extend(chunk.iter().flat_map(|&(kind, name, id)| [Param::Text(kind), Param::Text(name), Param::Text(id)]));
         db.execute(&sql, &values)?;
     }
+    Ok(())
+}
+
+/// A rename an apply makes (SPEC §15): `from` no longer names the object with `id`,
+/// `to` does, and the idempotency key of the object's create moves with it, so that a
+/// later create under `from` is a new object. In the apply's transaction, after its
+/// calls' writes.
+pub fn rename(db: &Conn, tenant: &str, kind: &Descriptor, from: &str, to: &str, id: &str) -> Result<(), ApiError> {
+    db.execute(
+        "DELETE FROM fleet_bindings WHERE tenant = ?1 AND kind = ?2 AND name = ?3",
+        params![tenant, kind.kind, from],
+    )?;
+    bind(db, tenant, [(kind.kind, to, id)])?;
+    let key = |name: &str| format!("fleet:{tenant}:{}:{name}", kind.kind);
+    let sql = format!(
+        "UPDATE {} SET idempotency_key = ?3 WHERE tenant = ?1 AND {} = ?2 AND idempotency_key = ?4",
+        crate::modules::store::table(kind),
+        crate::modules::store::column(kind.identity_name())
+    );
+    db.execute(&sql, params![tenant, id, &key(to), &key(from)])?;
     Ok(())
 }
 

@@ -296,6 +296,15 @@ fn fleet_config_schema(catalog: &Catalog) -> Value {
                    "additionalProperties": object}),
         );
     }
+    // Renames (SPEC §15), of the kinds named by bindings.
+    let named: Vec<&str> = catalog.iter().filter(|(_, kind)| !kind.upserted()).map(|(_, kind)| kind.kind).collect();
+    let name = json!({"type": "string", "pattern": grammar::NAME_PATTERN});
+    sections.insert(
+        fleet_guest::MOVED.into(),
+        json!({"type": "array", "items": {"type": "object", "additionalProperties": false,
+            "required": ["kind", "from", "to"],
+            "properties": {"kind": {"type": "string", "enum": named}, "from": name, "to": name}}}),
+    );
     json!({"type": "object", "additionalProperties": false, "properties": sections})
 }
 
@@ -315,14 +324,14 @@ fn request_schema(catalog: &Catalog, apply: bool) -> Value {
 
 fn plan_schema() -> Value {
     let counts: Map<String, Value> =
-        ["create", "update", "delete", "archive", "restore", "unchanged", "blocked", "denied", "warnings"]
+        ["create", "update", "delete", "archive", "restore", "unchanged", "blocked", "rename", "denied", "warnings"]
             .into_iter()
             .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
             .collect();
     json!({"type": "object", "properties": {
         "changes": {"type": "array", "items": {"type": "object", "properties": {
-            "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore"]},
-            "kind": {"type": "string"}, "key": {"type": "string"}, "id": {"type": "string"},
+            "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore", "rename"]},
+            "kind": {"type": "string"}, "key": {"type": "string"}, "from": {"type": "string"}, "id": {"type": "string"},
             "fields": {"type": "array", "items": {"type": "object", "properties": {
                 "field": {"type": "string"}, "from": {}, "to": {}}}},
             "text": {"type": "string"}}}},
@@ -380,7 +389,7 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
             apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
             crate::audit::write_pending(&session.db, &apply.deferred, &applied.plan.plan_hash)?;
         }
-        record(&app.metrics, &session.db, &session.caller, body, &applied)?;
+        record(&app, &session.db, &session.caller, body, &applied)?;
         drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), app.config.drift_interval)?;
         let calls = applied.applied;
         Ok((output, calls))
@@ -431,6 +440,9 @@ struct AppliedChange<'a> {
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow)]
     action: std::borrow::Cow<'a, str>,
+    /// A rename's old name.
+    #[serde(borrow, default)]
+    from: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// What `record` reads of the apply request: the document as its text, stored as sent.
@@ -445,19 +457,22 @@ struct ApplyRequest<'a> {
 /// Inside apply's transaction: the names of created objects, the applied document,
 /// and the drift state (an apply counts as a check that converged; its caller puts the
 /// next check one interval later).
-fn record(
-    metrics: &crate::metrics::Metrics,
-    db: &Conn,
-    caller: &Caller,
-    body: &str,
-    applied: &Applied,
-) -> Result<(), ApiError> {
+fn record(app: &App, db: &Conn, caller: &Caller, body: &str, applied: &Applied) -> Result<(), ApiError> {
     // The planner accepted the request, so it is a JSON object with a document.
     let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
     let plan = &applied.plan;
     let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
     let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
     bindings::bind(db, &caller.tenant, named)?;
+    let catalog = &app.modules.catalog;
+    for change in plan.changes.iter().filter(|change| change.action == "rename") {
+        let (Some(from), Some(id)) = (&change.from, &change.id) else { continue };
+        let kind = catalog
+            .by_kind(&change.kind)
+            .map(|kind| catalog.get(kind))
+            .ok_or_else(|| ApiError::internal(format_args!("the plan renames a {} of no kind served", change.kind)))?;
+        bindings::rename(db, &caller.tenant, kind, from, &change.key, id)?;
+    }
     let (document, prune) = (request.document.get(), request.prune);
     let overrides: Vec<Value> =
         applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
@@ -493,7 +508,7 @@ fn record(
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
     if was_drifted {
         events::publish(
-            metrics,
+            &app.metrics,
             db,
             &caller.tenant,
             events::CONVERGED,

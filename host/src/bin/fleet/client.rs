@@ -323,8 +323,10 @@ pub fn render_plan(plan: &Value) -> String {
     }
     let summary = &plan["summary"];
     let number = |action: &str| summary[action].as_u64().unwrap_or_default();
+    // Renames only when the document has some to make (SPEC §15).
+    let renames = summary["rename"].as_u64().map(|renames| format!(", {renames} to rename")).unwrap_or_default();
     out.push_str(&format!(
-        "\nPlan: {} to create, {} to update, {} to delete, {} to archive, {} to restore; {} unchanged, {} blocked.\n",
+        "\nPlan: {} to create, {} to update, {} to delete, {} to archive, {} to restore{renames}; {} unchanged, {} blocked.\n",
         number("create"),
         number("update"),
         number("delete"),
