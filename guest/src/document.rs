@@ -236,6 +236,13 @@ pub(crate) fn parse_plan(
                 _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
             },
             "overrides" if plan_hash_allowed => parsed.overrides = parse_overrides(value, &mut problems),
+            // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
+            // host's to keep; the plan is the same either way.
+            "heal" if plan_hash_allowed => {
+                if !matches!(value, Json::Bool(_)) {
+                    problems.push(pointer(&["heal"]), "must be a boolean");
+                }
+            }
             _ => problems.push(pointer(&[key]), "unknown field"),
         }
     }

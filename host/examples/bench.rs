@@ -360,7 +360,7 @@ async fn run(args: Args) -> Result<()> {
     let changed = with_changed_pools(&document);
     let request = json!({"document": changed}).to_string();
     let every = vec![auth::Grant::parse("compute:*:* @ *").map_err(|error| anyhow::anyhow!(error))?];
-    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every };
+    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every, token: None };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
         tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??

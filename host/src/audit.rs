@@ -89,10 +89,10 @@ pub struct Pending(RefCell<Vec<Record>>);
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// Writes an apply's records with the plan hash it applied.
-pub fn write_pending(db: &Conn, deferred: &Deferred, plan_hash: &str) -> Result<(), ApiError> {
+pub fn write_pending(db: &Conn, deferred: &Deferred, via: &str, plan_hash: &str) -> Result<(), ApiError> {
     let records = deferred.audits.0.take();
     let values: Vec<Param> = records.iter().flat_map(Record::values).collect();
-    let shared = [Param::Text(Via::Apply(deferred).as_str()), Param::Text(plan_hash)];
+    let shared = [Param::Text(via), Param::Text(plan_hash)];
     db.insert_rows("audit", &COLUMNS, &shared, &values, ROWS_PER_STATEMENT)?;
     Ok(())
 }

@@ -99,7 +99,7 @@ impl Metrics {
         for budget in ["cpu", "memory"] {
             metrics.sandbox_exhausted.with_label_values(&[budget]);
         }
-        for kind in [crate::fleet::events::DRIFTED, crate::fleet::events::CONVERGED] {
+        for kind in [crate::fleet::events::DRIFTED, crate::fleet::events::CONVERGED, crate::fleet::events::HEALED] {
             metrics.events_published.with_label_values(&[kind]);
         }
         for cache in CACHES {

@@ -147,6 +147,14 @@ fn the_command_line_lists_prints_compares_and_rolls_back() {
     assert_eq!(exported["document"]["pools"]["gpu-a"]["gpus"], 64);
     // The flavor the rollback's document no longer names is left alone (no prune).
     assert!(exported["document"]["flavors"].get("g1-small").is_some());
+
+    // `--heal` asks fleet.drift to restore the revision; status says so.
+    let healing = cli(&server, &token, &["apply", "fleet.json", "--yes", "--heal"]);
+    assert!(healing.status.success(), "{healing:?}");
+    let status = cli(&server, &token, &["status"]);
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(said.contains("revision 4, which fleet.drift heals."), "{said}");
+    assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["heal"], true);
 }
 
 fn ids(server: &Server, token: &str, group: &str) -> Vec<String> {

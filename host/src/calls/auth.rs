@@ -19,6 +19,9 @@ pub struct Caller {
     pub tenant: String,
     pub principal: String,
     pub grants: Vec<Grant>,
+    /// The id of the token the caller authenticated with; none for the server's own
+    /// callers (the drift check, tests).
+    pub token: Option<String>,
 }
 
 impl Caller {
@@ -156,12 +159,41 @@ pub fn authenticate_with(
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
     let grants =
         grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
-    let caller = Caller { tenant, principal, grants };
+    let caller = Caller { tenant, principal, grants, token: Some(token_id(&hash)) };
     if let Some(cache) = cache {
         let bytes = hash.len() + caller.tenant.len() + caller.principal.len() + 64 * (caller.grants.len() + 2);
         cache.put(&hash, generation, Authenticated { caller: caller.clone(), expires_at }, bytes);
     }
     Ok(caller)
+}
+
+/// The caller a token makes now, by its id: for work done later with the authority of
+/// the token that asked for it (a heal, SPEC §15). Refused, saying why, when the token
+/// is gone, revoked or expired, or belongs to another tenant.
+pub fn caller_of_token(db: &Conn, tenant: &str, id: &str) -> Result<Result<Caller, String>, ApiError> {
+    let row = db.query_opt(
+        "SELECT tenant, principal, grants, expires_at, revoked_at FROM tokens WHERE id = ?1",
+        params![id],
+        |row| {
+            let texts: (String, String, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            let times: (Option<String>, Option<String>) = (row.get(3)?, row.get(4)?);
+            Ok((texts, times))
+        },
+    )?;
+    let Some(((owner, principal, grants), (expires_at, revoked_at))) = row.filter(|((owner, ..), _)| owner == tenant)
+    else {
+        return Ok(Err(format!("the token {id} no longer exists")));
+    };
+    if let Some(at) = revoked_at {
+        return Ok(Err(format!("the token {id} was revoked at {at}")));
+    }
+    if let Some(at) = expires_at.filter(|at| at.as_str() <= crate::db::now().as_str()) {
+        return Ok(Err(format!("the token {id} expired at {at}")));
+    }
+    let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
+    let grants =
+        grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
+    Ok(Ok(Caller { tenant: owner, principal, grants, token: Some(id.to_owned()) }))
 }
 
 /// Why a tenant or token could not be created from the command line.

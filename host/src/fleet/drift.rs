@@ -28,6 +28,10 @@ pub enum Outcome {
     Drifted {
         plan_hash: String,
     },
+    /// The drift was healed: the revision applied again, with these calls (SPEC §15).
+    Healed {
+        calls: u64,
+    },
     /// The check could not be made; the message is also logged.
     Failed(String),
 }
@@ -152,7 +156,7 @@ fn check_claimed(app: &Arc<App>, now: i64, interval: i64, claimed: &[(String, i6
                 quiet.push((applied, plan));
             }
             Ok(plan) => {
-                if let Err(error) = record(app, &applied, &plan, Some(next)) {
+                if let Err(error) = settle(app, &applied, &plan, Some(next)) {
                     tracing::error!(%tenant, %error, "fleet.drift could not record a check");
                     released.push((tenant, next));
                 }
@@ -167,7 +171,7 @@ fn check_claimed(app: &Arc<App>, now: i64, interval: i64, claimed: &[(String, i6
     let recorded = record_quiet(&db, &quiet)?;
     for (applied, plan) in quiet.iter().filter(|(applied, _)| !recorded.contains(&applied.tenant)) {
         // Not quiet after all: it ends a recorded drift, or an apply came between.
-        if let Err(error) = record(app, applied, plan, None) {
+        if let Err(error) = record(app, applied, plan, None, None) {
             tracing::error!(tenant = %applied.tenant, %error, "fleet.drift could not record a check");
         }
     }
@@ -289,6 +293,9 @@ struct Applied {
     prune: bool,
     principal: String,
     applied_at: String,
+    revision: i64,
+    /// The token whose authority heals this revision's drift, if it heals.
+    heal_token: Option<String>,
 }
 
 /// One activation over every tenant with an applied document.
@@ -311,7 +318,7 @@ pub fn check_all(app: &Arc<App>) -> Vec<(String, Outcome)> {
     outcomes
 }
 
-const APPLIED: &str = "SELECT tenant, document, prune, applied_by, applied_at FROM fleet_applied";
+const APPLIED: &str = "SELECT tenant, document, prune, applied_by, applied_at, revision, heal_token FROM fleet_applied";
 
 fn applied_of(row: &db::Row) -> Result<Applied, db::Error> {
     Ok(Applied {
@@ -320,6 +327,8 @@ fn applied_of(row: &db::Row) -> Result<Applied, db::Error> {
         prune: row.get(2)?,
         principal: row.get(3)?,
         applied_at: row.get(4)?,
+        revision: row.get(5)?,
+        heal_token: row.get(6)?,
     })
 }
 
@@ -362,7 +371,12 @@ fn replan(app: &Arc<App>, applied: &Applied) -> Result<Value, ApiError> {
     let document: Value = serde_json::from_str(&applied.document).map_err(ApiError::internal)?;
     let request = json!({ "document": document, "prune": applied.prune }).to_string();
     let every = crate::calls::auth::Grant::parse("compute:*:* @ *").map_err(ApiError::internal)?;
-    let caller = Caller { tenant: applied.tenant.clone(), principal: applied.principal.clone(), grants: vec![every] };
+    let caller = Caller {
+        tenant: applied.tenant.clone(),
+        principal: applied.principal.clone(),
+        grants: vec![every],
+        token: None,
+    };
     serde_json::from_str(&run_planner(app, caller, app.db.get()?, Entry::Plan, &request)?).map_err(ApiError::internal)
 }
 
@@ -404,13 +418,45 @@ pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Va
 /// Checks one tenant and records the answer.
 fn check(app: &Arc<App>, applied: &Applied) -> Result<Outcome, ApiError> {
     let plan = replan(app, applied)?;
-    record(app, applied, &plan, None)
+    match drifted(&plan) {
+        true => settle(app, applied, &plan, None),
+        false => record(app, applied, &plan, None, None),
+    }
 }
 
-/// Records what a check's `plan` found and publishes an event if the answer changed; a
-/// claimed check (`release_at`: when it is due next) ends its claim in the same
-/// transaction.
-fn record(app: &Arc<App>, applied: &Applied, plan: &Value, release_at: Option<i64>) -> Result<Outcome, ApiError> {
+/// A check found drift: a revision that heals is applied again, with the authority of
+/// the token that applied it (SPEC §15); a heal refused is recorded as the drift, with
+/// why. A claimed check (`release_at`) ends its claim either way.
+fn settle(app: &Arc<App>, applied: &Applied, plan: &Value, release_at: Option<i64>) -> Result<Outcome, ApiError> {
+    let Some(token) = &applied.heal_token else { return record(app, applied, plan, release_at, None) };
+    // The document as it was applied, not encoded again.
+    let request = format!(r#"{{"document":{},"prune":{}}}"#, applied.document, applied.prune);
+    let heal = crate::fleet::Heal { revision: applied.revision, token };
+    match crate::fleet::heal(app, &applied.tenant, &heal, &request)? {
+        Ok(calls) => {
+            if let Some(next) = release_at {
+                release_each(&app.db.get()?, &app.replica, &[(&applied.tenant, next)])?;
+            }
+            tracing::info!(tenant = %applied.tenant, revision = applied.revision, calls, "fleet.drift healed drift");
+            Ok(Outcome::Healed { calls })
+        }
+        Err(refused) => {
+            tracing::warn!(tenant = %applied.tenant, %refused, "fleet.drift could not heal drift");
+            record(app, applied, plan, release_at, Some(&refused))
+        }
+    }
+}
+
+/// Records what a check's `plan` found and publishes an event if the answer changed
+/// (with `heal_error`, why the drift was not healed); a claimed check (`release_at`:
+/// when it is due next) ends its claim in the same transaction.
+fn record(
+    app: &Arc<App>,
+    applied: &Applied,
+    plan: &Value,
+    release_at: Option<i64>,
+    heal_error: Option<&str>,
+) -> Result<Outcome, ApiError> {
     let found = drifted(plan).then(|| plan["planHash"].as_str().unwrap_or_default().to_owned());
 
     let db = app.db.get()?;
@@ -462,7 +508,11 @@ fn record(app: &Arc<App>, applied: &Applied, plan: &Value, release_at: Option<i6
                         &since
                     ],
                 )?;
-                json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes })
+                let mut data = json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes });
+                if let Some(why) = heal_error {
+                    data["healError"] = json!(why);
+                }
+                data
             }
             None => {
                 db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&applied.tenant])?;
@@ -537,6 +587,7 @@ mod tests {
             tenant: tenant.into(),
             principal: "alice".into(),
             grants: vec![Grant::parse("compute:*:*@*").unwrap()],
+            token: None,
         }
     }
 
@@ -611,6 +662,133 @@ mod tests {
         fixture.call("acme", "compute.pools.update", json!({"id": pool, "vcpus": 0}));
         assert_eq!(check_all(&fixture.app), [("acme".to_owned(), Outcome::Converged)]);
         assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.drifted", "fleet.drifted", "fleet.converged"]);
+    }
+
+    impl Fixture {
+        /// A token of `tenant` for `alice` with `grants`, and the caller it makes.
+        fn token(&self, tenant: &str, grants: &[&str]) -> Caller {
+            let db = self.app.db.get().unwrap();
+            let grants: Vec<String> = grants.iter().map(|grant| (*grant).to_owned()).collect();
+            let secret = crate::calls::auth::create_token(&db, tenant, "alice", &grants, &db::now(), None).unwrap();
+            crate::calls::auth::authenticate_with(&db, Some(&format!("Bearer {secret}")), None).unwrap()
+        }
+
+        /// Applies the fixture's document as `caller`, asking for heal.
+        fn apply_healing(&self, caller: Caller, heal: bool) {
+            let db = self.app.db.get().unwrap();
+            let apply = self.app.registry.by_name("compute.fleet.apply").unwrap();
+            let body = json!({"document": document(), "heal": heal}).to_string();
+            dispatch(&self.app, caller, db, apply, body.as_bytes()).unwrap();
+        }
+
+        fn gpus(&self, tenant: &str) -> u64 {
+            self.call(tenant, "compute.pools.list", json!({}))["items"][0]["gpus"].as_u64().unwrap()
+        }
+
+        fn last_event(&self, tenant: &str) -> Value {
+            let events = self.call(tenant, "compute.events.list", json!({}));
+            events["events"].as_array().unwrap().last().cloned().unwrap_or(Value::Null)
+        }
+
+        fn status(&self, tenant: &str) -> Value {
+            let db = self.app.db.get().unwrap();
+            let status = self.app.registry.by_name("compute.fleet.status").unwrap();
+            serde_json::from_str(&dispatch(&self.app, caller(tenant), db, status, b"{}").unwrap()).unwrap()
+        }
+    }
+
+    const EVERY: &str = "compute:*:* @ *";
+
+    /// SPEC §15 in paused time: a revision that heals is applied again by the reconciler
+    /// when its check finds drift, audited as a heal, and the tenant is converged.
+    #[tokio::test(start_paused = true)]
+    async fn a_revision_that_heals_is_restored_when_its_check_finds_drift() {
+        let interval = Duration::from_secs(15 * 60);
+        let fixture = fixture(interval);
+        crate::calls::auth::create_tenant(&fixture.app.db.get().unwrap(), "acme", &db::now()).unwrap();
+        fixture.apply_healing(fixture.token("acme", &[EVERY]), true);
+        assert_eq!(fixture.status("acme")["applied"]["heal"], true);
+        fixture.set_gpus("acme", 1);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let reconciler = tokio::spawn(run(fixture.app.clone(), async move {
+            let _ = stopped.await;
+        }));
+
+        tokio::time::sleep(interval + Duration::from_secs(1)).await;
+        let started = std::time::Instant::now();
+        while fixture.event_types("acme").is_empty() && started.elapsed() < Duration::from_secs(30) {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
+        }
+        assert_eq!(fixture.event_types("acme"), ["fleet.healed"]);
+        let healed = fixture.last_event("acme");
+        assert_eq!((healed["data"]["revision"].as_i64(), healed["data"]["calls"].as_u64()), (Some(1), Some(1)));
+        assert_eq!(fixture.gpus("acme"), 8, "the revision's value again");
+        let status = fixture.status("acme");
+        assert!(status.get("drift").is_none(), "{status}");
+        assert_eq!(status["applied"]["revision"], 1, "a heal restores the revision, it makes no new one");
+        let audit = fixture.call("acme", "compute.audit.list", json!({}));
+        let last = audit["records"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!((last["via"].as_str(), last["method"].as_str()), (Some("fleet.heal"), Some("compute.pools.update")));
+        assert_eq!(last["planHash"], healed["data"]["planHash"]);
+        let _ = stop.send(());
+        reconciler.await.unwrap();
+    }
+
+    /// A heal the token that asked for it can no longer make, or the policies in force
+    /// deny, is refused: the drift is recorded with why, and nothing changes.
+    #[test]
+    fn a_heal_is_refused_when_its_token_or_the_policies_do_not_allow_it() {
+        let fixture = fixture(Duration::from_secs(900));
+        let db = fixture.app.db.get().unwrap();
+        let cases: [(&str, &[&str], &str); 4] = [
+            ("revoked", &[EVERY], "was revoked"),
+            ("expired", &[EVERY], "expired at 2001-01-01T00:00:00Z"),
+            ("narrow", &["compute:fleet:admin @ compute-fleet"], "not permitted: compute:pools:write @ compute-pools"),
+            ("denied", &[EVERY], "policy no-updates: updates wait for the change window"),
+        ];
+        for (tenant, grants, why) in cases {
+            crate::calls::auth::create_tenant(&db, tenant, &db::now()).unwrap();
+            // Everything made with every grant first, so that only the heal needs more.
+            fixture.apply_healing(caller(tenant), false);
+            let token = fixture.token(tenant, grants);
+            let id = token.token.clone().unwrap();
+            fixture.apply_healing(token, true);
+            match tenant {
+                "revoked" => crate::calls::auth::revoke_token(&db, &id, &db::now()).unwrap(),
+                "expired" => {
+                    db.execute("UPDATE tokens SET expires_at = '2001-01-01T00:00:00Z' WHERE id = ?1", params![&id])
+                        .unwrap();
+                }
+                "denied" => {
+                    let source = "package window\n\ndeny contains \"updates wait for the change window\" if {\n\tsome change in input.changes\n\tchange.action == \"update\"\n}\n";
+                    fixture.call(
+                        tenant,
+                        "compute.policies.put",
+                        json!({"name": "no-updates", "level": "enforced", "source": source}),
+                    );
+                }
+                _ => {}
+            }
+            fixture.set_gpus(tenant, 1);
+            let outcome = check_tenant(&fixture.app, tenant).unwrap().unwrap();
+            assert!(matches!(outcome, Outcome::Drifted { .. }), "{tenant}: {outcome:?}");
+            let event = fixture.last_event(tenant);
+            assert_eq!(event["type"], "fleet.drifted", "{tenant}");
+            let error = event["data"]["healError"].as_str().unwrap_or_default();
+            assert!(error.contains(why), "{tenant}: {error}");
+            assert_eq!(fixture.gpus(tenant), 1, "{tenant}: nothing healed");
+        }
+
+        // An apply without heal turns it off: drift is reported, not healed.
+        let token = fixture.token("revoked", &[EVERY]);
+        fixture.apply_healing(token, false);
+        assert_eq!(fixture.status("revoked")["applied"]["heal"], false);
+        fixture.set_gpus("revoked", 2);
+        check_tenant(&fixture.app, "revoked").unwrap();
+        let event = fixture.last_event("revoked");
+        assert_eq!(event["type"], "fleet.drifted");
+        assert!(event["data"].get("healError").is_none(), "{event}");
+        assert_eq!(fixture.gpus("revoked"), 2);
     }
 
     #[test]

@@ -24,6 +24,8 @@ use crate::params;
 
 pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
+/// fleet.drift restored a revision that heals (SPEC §15).
+pub const HEALED: &str = "fleet.healed";
 pub const STREAM_PATH: &str = "/api/compute/events/stream";
 
 const KEEPALIVE: Duration = Duration::from_secs(15);

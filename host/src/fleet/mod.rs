@@ -16,7 +16,7 @@ use fleet_guest::kinds::FieldType;
 use fleet_guest::plugins::PluginKind;
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, Code};
 use crate::app::App;
 use crate::calls::auth::Caller;
 use crate::calls::input::Input;
@@ -62,7 +62,7 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
                     "applied": {"type": "object", "properties": {
                         "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
                         "appliedAt": {"type": "string", "format": "date-time"},
-                        "calls": {"type": "integer"}, "prune": {"type": "boolean"}}},
+                        "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"}}},
                     "drift": {"type": "object", "properties": {
                         "checkedAt": {"type": "string", "format": "date-time"}, "planHash": {"type": "string"},
                         "summary": {"type": "object"}, "changes": {"type": "array", "items": {"type": "object"}}}}}}),
@@ -313,6 +313,8 @@ fn request_schema(catalog: &Catalog, apply: bool) -> Value {
         "document": fleet_config_schema(catalog), "prune": {"type": "boolean", "default": false}}});
     if apply {
         schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
+        schema["properties"]["heal"] = json!({"type": "boolean", "default": false,
+            "description": "Restore this revision whenever fleet.drift finds drift, with this token's authority."});
         schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
             "additionalProperties": false, "required": ["policy", "reason"], "properties": {
                 "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
@@ -376,7 +378,41 @@ fn plan(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, A
 /// of it back. Unpinned, the plan applied is the one made inside the transaction, so
 /// identical concurrent applies converge (the later ones with no calls).
 fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
+    let (output, _) = applied(&app, caller, db, body, None)?.unwrap_or_default();
+    Ok(output)
+}
+
+/// A heal fleet.drift makes (SPEC §15): the revision it restores, if it is still the
+/// applied one with the same heal token when the heal's transaction begins.
+pub struct Heal<'a> {
+    pub revision: i64,
+    pub token: &'a str,
+}
+
+/// An apply, or a heal: the heal is audited `fleet.heal`, records no revision, and ends
+/// the drift with `fleet.healed`. Answers the output and the calls made; a heal that an
+/// apply overtook makes nothing and answers none.
+fn applied(
+    app: &Arc<App>,
+    caller: Caller,
+    db: Conn,
+    body: &str,
+    heal: Option<&Heal>,
+) -> Result<Option<(String, u64)>, ApiError> {
     db::begin(&db, db::Tx::Write(&caller.tenant))?;
+    if let Some(heal) = heal {
+        let current = db.query_opt(
+            "SELECT revision, heal_token FROM fleet_applied WHERE tenant = ?1",
+            params![&caller.tenant],
+            |row| Ok((row.get::<i64>(0)?, row.get::<Option<String>>(1)?)),
+        );
+        // An apply since the check found the drift: the heal is no longer wanted.
+        match current {
+            Ok(current) if current == Some((heal.revision, Some(heal.token.to_owned()))) => {}
+            Ok(_) => return db::finish(&db, Ok(None)),
+            Err(error) => return db::finish(&db, Err(error.into())),
+        }
+    }
     let methods = Some(Apply::new(app.registry.clone()));
     let session = Session { caller, db, source: Source::Database(app.state.clone()), methods };
     let (session, result) = app.sandbox.call(session, Entry::Apply, body);
@@ -387,9 +423,13 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
             let overrides = applied.overrides.iter().map(|item| (&*item.policy, &*item.reason));
             crate::policies::record_overrides(&ctx, overrides)?;
             apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
-            crate::audit::write_pending(&session.db, &apply.deferred, &applied.plan.plan_hash)?;
+            let via = if heal.is_some() { "fleet.heal" } else { "fleet.apply" };
+            crate::audit::write_pending(&session.db, &apply.deferred, via, &applied.plan.plan_hash)?;
         }
-        record(&app, &session.db, &session.caller, body, &applied)?;
+        match heal {
+            None => record(app, &session.db, &session.caller, body, &applied)?,
+            Some(heal) => record_heal(app, &session.db, &session.caller, &applied, heal)?,
+        }
         drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), app.config.drift_interval)?;
         let calls = applied.applied;
         Ok((output, calls))
@@ -397,7 +437,49 @@ fn apply(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, 
     let (output, calls) = db::finish(&session.db, recorded)?;
     app.metrics.apply_calls.inc_by(calls);
     let _ = app.events.send(());
-    Ok(output)
+    Ok(Some((output, calls)))
+}
+
+/// Why a heal was refused, or the calls it made; an error is an outage or a bug, for
+/// the check to report, not a refusal.
+pub fn heal(app: &Arc<App>, tenant: &str, heal: &Heal, request: &str) -> Result<Result<u64, String>, ApiError> {
+    let caller = match crate::calls::auth::caller_of_token(&app.db.get()?, tenant, heal.token)? {
+        Ok(caller) => caller,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let method = app.registry.by_name("compute.fleet.apply").ok_or_else(|| ApiError::internal("no fleet apply"))?;
+    if let Err(error) = crate::calls::auth::authorize(&caller, method) {
+        return Ok(Err(format!("the token {}: {}", heal.token, error.message)));
+    }
+    match applied(app, caller, app.db.get()?, request, Some(heal)) {
+        Ok(made) => Ok(Ok(made.map_or(0, |(_, calls)| calls))),
+        Err(error) if matches!(error.code, Code::Unavailable | Code::Internal | Code::ResourceExhausted) => Err(error),
+        Err(error) => Ok(Err(refusal(&error))),
+    }
+}
+
+/// Why an apply was refused, in one line: the error, and what it lists (the blocked
+/// changes' reasons, the policies' denials).
+fn refusal(error: &ApiError) -> String {
+    let mut why = format!("{}: {}", error.code.as_str(), error.message);
+    let details = error.details.as_ref();
+    let listed = |list: &str| details.and_then(|details| details[list].as_array()).cloned().unwrap_or_default();
+    for blocked in listed("blocked") {
+        why.push_str(&format!(
+            "; {} {}: {}",
+            blocked["kind"].as_str().unwrap_or_default(),
+            blocked["key"].as_str().unwrap_or_default(),
+            blocked["reason"].as_str().unwrap_or_default()
+        ));
+    }
+    for verdict in listed("verdicts") {
+        why.push_str(&format!(
+            "; policy {}: {}",
+            verdict["policy"].as_str().unwrap_or_default(),
+            verdict["message"].as_str().unwrap_or_default()
+        ));
+    }
+    why
 }
 
 /// What `record` reads of an apply's output (the planner's JSON, which goes to the
@@ -452,6 +534,8 @@ struct ApplyRequest<'a> {
     document: &'a serde_json::value::RawValue,
     #[serde(default)]
     prune: bool,
+    #[serde(default)]
+    heal: bool,
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document,
@@ -461,18 +545,14 @@ fn record(app: &App, db: &Conn, caller: &Caller, body: &str, applied: &Applied) 
     // The planner accepted the request, so it is a JSON object with a document.
     let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
     let plan = &applied.plan;
-    let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
-    let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
-    bindings::bind(db, &caller.tenant, named)?;
-    let catalog = &app.modules.catalog;
-    for change in plan.changes.iter().filter(|change| change.action == "rename") {
-        let (Some(from), Some(id)) = (&change.from, &change.id) else { continue };
-        let kind = catalog
-            .by_kind(&change.kind)
-            .map(|kind| catalog.get(kind))
-            .ok_or_else(|| ApiError::internal(format_args!("the plan renames a {} of no kind served", change.kind)))?;
-        bindings::rename(db, &caller.tenant, kind, from, &change.key, id)?;
-    }
+    name_objects(app, db, &caller.tenant, plan)?;
+    let heal_token = match (request.heal, &caller.token) {
+        (false, _) => None,
+        (true, Some(token)) => Some(token.as_str()),
+        (true, None) => {
+            return Err(ApiError::new(Code::InvalidArgument, "only a caller with a token can ask for heal"));
+        }
+    };
     let (document, prune) = (request.document.get(), request.prune);
     let overrides: Vec<Value> =
         applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
@@ -488,12 +568,13 @@ fn record(app: &App, db: &Conn, caller: &Caller, body: &str, applied: &Applied) 
     };
     let revision = history::keep(db, &caller.tenant, &kept)?;
     db.execute(
-        "INSERT INTO fleet_applied (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8)
+        "INSERT INTO fleet_applied
+           (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8, ?9)
          ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
            plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
            applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at,
-           revision = excluded.revision",
+           revision = excluded.revision, heal_token = excluded.heal_token",
         params![
             &caller.tenant,
             document,
@@ -503,6 +584,7 @@ fn record(app: &App, db: &Conn, caller: &Caller, body: &str, applied: &Applied) 
             &applied_at,
             i64::try_from(calls).unwrap_or(i64::MAX),
             revision,
+            heal_token,
         ],
     )?;
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
@@ -515,6 +597,36 @@ fn record(app: &App, db: &Conn, caller: &Caller, body: &str, applied: &Applied) 
             &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
         )?;
     }
+    Ok(())
+}
+
+/// The names an apply gives: bindings of the objects it created under names, and the
+/// renames it made (SPEC §15).
+fn name_objects(app: &App, db: &Conn, tenant: &str, plan: &AppliedPlan) -> Result<(), ApiError> {
+    let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
+    let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
+    bindings::bind(db, tenant, named)?;
+    let catalog = &app.modules.catalog;
+    for change in plan.changes.iter().filter(|change| change.action == "rename") {
+        let (Some(from), Some(id)) = (&change.from, &change.id) else { continue };
+        let kind = catalog
+            .by_kind(&change.kind)
+            .map(|kind| catalog.get(kind))
+            .ok_or_else(|| ApiError::internal(format_args!("the plan renames a {} of no kind served", change.kind)))?;
+        bindings::rename(db, tenant, kind, from, &change.key, id)?;
+    }
+    Ok(())
+}
+
+/// Inside a heal's transaction: the names of what it created, the check it counts as,
+/// the drift it ends, and `fleet.healed`.
+fn record_heal(app: &App, db: &Conn, caller: &Caller, applied: &Applied, heal: &Heal) -> Result<(), ApiError> {
+    let plan = &applied.plan;
+    name_objects(app, db, &caller.tenant, plan)?;
+    db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&caller.tenant, &db::now()])?;
+    db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
+    let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
+    events::publish(&app.metrics, db, &caller.tenant, events::HEALED, &data)?;
     Ok(())
 }
 
@@ -550,7 +662,8 @@ fn status(app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String,
 fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
     let mut output = Map::new();
     let applied = db.query_opt(
-        "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at), revision
+        "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at), revision,
+           heal_token IS NOT NULL
          FROM fleet_applied WHERE tenant = ?1",
         params![tenant],
         |row| {
@@ -561,6 +674,7 @@ fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
                 "appliedAt": row.get::<String>(2)?,
                 "calls": row.get::<i64>(3)?,
                 "prune": row.get::<bool>(4)?,
+                "heal": row.get::<bool>(7)?,
             });
             Ok((applied, row.get::<String>(5)?))
         },

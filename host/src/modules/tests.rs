@@ -34,7 +34,7 @@ impl Fixture {
         let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).expect("the app starts");
         let db = app.db.get().expect("a connection");
         auth::create_tenant(&db, "acme", &db::now()).expect("the tenant is created");
-        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new() };
+        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new(), token: None };
         Fixture { app, caller, _dir: dir }
     }
 

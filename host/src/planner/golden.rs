@@ -48,6 +48,7 @@ fn golden_plans_match_through_the_component() {
                 Some(grants) => grants.iter().map(|grant| Grant::parse(grant).expect("a grant")).collect(),
                 None => every_grant(),
             },
+            token: None,
         };
         let native = fleet_guest::plan(&snapshot, &request);
         let session =
@@ -75,7 +76,7 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
     for depth in [120, 127, 1_000, 100_000] {
         let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
-        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant() };
+        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None };
         let session = Session {
             caller: caller.clone(),
             db: app.db.get().unwrap(),
@@ -103,7 +104,7 @@ fn the_planner_runs_out_of_memory_cleanly() {
     let plan = |document: Value| {
         let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None };
         let session = Session {
-            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant() },
+            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None },
             db: app.db.get().unwrap(),
             source: Source::Snapshot(Box::new(Snapshot::empty(caller))),
             methods: None,

@@ -30,6 +30,7 @@ fn caller(grants: &[&str]) -> Caller {
         tenant: "acme".into(),
         principal: "mallory".into(),
         grants: grants.iter().map(|grant| Grant::parse(grant).unwrap()).collect(),
+        token: None,
     }
 }
 
@@ -110,6 +111,7 @@ fn the_guest_sees_only_the_callers_tenant() {
         tenant: "other".into(),
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
+        token: None,
     };
     let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Api };
     let create = fixture.app.registry.by_name("compute.sites.create").unwrap();

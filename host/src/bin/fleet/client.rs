@@ -450,12 +450,14 @@ fn render_status(status: &Value) -> String {
         return "No document has been applied to this tenant.\n".into();
     };
     out.push_str(&format!(
-        "Applied {} by {} at {} ({}, prune {}).\n",
+        "Applied {} by {} at {} ({}, prune {}): revision {}{}.\n",
         printable(&applied["planHash"]),
         printable(&applied["appliedBy"]),
         printable(&applied["appliedAt"]),
         plural(applied["calls"].as_u64().unwrap_or_default() as usize, "call"),
         if applied["prune"] == true { "on" } else { "off" },
+        applied["revision"].as_u64().unwrap_or_default(),
+        if applied["heal"] == true { ", which fleet.drift heals" } else { "" },
     ));
     let checked_at = printable(&status["checkedAt"]);
     match status.get("drift") {
@@ -639,6 +641,29 @@ pub enum Confirm {
     Ask,
 }
 
+/// What an apply request carries besides its document and plan: `--override` and
+/// `--heal`.
+pub struct Extra {
+    /// `[{"policy", "reason"}]`.
+    pub overrides: Value,
+    pub heal: bool,
+}
+
+impl Extra {
+    fn overrides_any(&self) -> bool {
+        self.overrides.as_array().is_some_and(|overrides| !overrides.is_empty())
+    }
+
+    fn add_to(&self, request: &mut Value) {
+        if self.overrides_any() {
+            request["overrides"] = self.overrides.clone();
+        }
+        if self.heal {
+            request["heal"] = json!(true);
+        }
+    }
+}
+
 /// `--override POLICY=REASON` arguments as the apply request's `overrides`.
 pub fn overrides(arguments: &[String]) -> Result<Value, CliError> {
     let overrides: Result<Vec<Value>, CliError> = arguments
@@ -656,22 +681,22 @@ pub fn overrides(arguments: &[String]) -> Result<Value, CliError> {
 pub fn apply(
     client: &Client,
     source: &ApplySource,
-    overrides: &Value,
+    extra: &Extra,
     raw: bool,
     confirm: Confirm,
 ) -> Result<u8, CliError> {
     // Whether the plan was already shown, before asking.
     let mut shown = false;
     let applied = match source {
-        ApplySource::SavedPlan(file) => apply_saved(client, file, overrides)?,
+        ApplySource::SavedPlan(file) => apply_saved(client, file, extra)?,
         ApplySource::Document { file, prune, plan_hash } => {
             let document = read_fleet_config(file)?;
-            apply_document(client, document, *prune, plan_hash.as_deref(), overrides, confirm, &mut shown)?
+            apply_document(client, document, *prune, plan_hash.as_deref(), extra, confirm, &mut shown)?
         }
         ApplySource::Revision(number) => {
             let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
             let (document, prune) = (revision["document"].clone(), revision["prune"] == true);
-            apply_document(client, document, prune, None, overrides, confirm, &mut shown)?
+            apply_document(client, document, prune, None, extra, confirm, &mut shown)?
         }
     };
     if raw {
@@ -694,15 +719,13 @@ fn apply_document(
     document: Value,
     prune: bool,
     plan_hash: Option<&str>,
-    overrides: &Value,
+    extra: &Extra,
     confirm: Confirm,
     shown: &mut bool,
 ) -> Result<Value, CliError> {
-    let overridden = overrides.as_array().is_some_and(|overrides| !overrides.is_empty());
+    let overridden = extra.overrides_any();
     let mut request = json!({"document": document, "prune": prune});
-    if overridden {
-        request["overrides"] = overrides.clone();
-    }
+    extra.add_to(&mut request);
     if let Some(hash) = plan_hash {
         request["planHash"] = json!(hash);
     } else if confirm == Confirm::Ask {
@@ -763,16 +786,14 @@ fn explain_hash_mismatch(error: CliError, given: Option<&str>) -> CliError {
 
 /// Applies a plan saved by `fleet plan --out`, exactly: if the estate moved since, the
 /// server refuses it, and this says what moved.
-fn apply_saved(client: &Client, file: &Path, overrides: &Value) -> Result<Value, CliError> {
+fn apply_saved(client: &Client, file: &Path, extra: &Extra) -> Result<Value, CliError> {
     let saved = read_document(file)?;
     let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
         CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
     })?;
     let prune = saved["prune"].as_bool().unwrap_or(false);
     let mut request = json!({"document": saved["document"], "prune": prune, "planHash": hash});
-    if overrides.as_array().is_some_and(|overrides| !overrides.is_empty()) {
-        request["overrides"] = overrides.clone();
-    }
+    extra.add_to(&mut request);
     match client.call("fleet/apply", &request) {
         Err(CliError::Api { code, .. }) if code == "CONFIG_DRIFT" => {
             let now = client.call("fleet/plan", &json!({"document": saved["document"], "prune": prune}))?;

@@ -102,6 +102,10 @@ enum Command {
         /// Nothing overrides an enforced policy.
         #[arg(long = "override", value_name = "POLICY=REASON")]
         overrides: Vec<String>,
+        /// Heal drift: fleet.drift applies this revision again whenever a check finds
+        /// drift, with this token's authority. An apply without --heal turns it off.
+        #[arg(long)]
+        heal: bool,
         /// Print the result (the plan and the number of calls applied) as JSON.
         #[arg(long)]
         json: bool,
@@ -394,18 +398,18 @@ fn main() -> ExitCode {
         Command::Plan { server, file, prune, out, json } => {
             client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
         }
-        Command::Apply { server, file, prune, plan_hash, plan, yes, overrides, json } => {
-            client(&server).and_then(|client| {
+        Command::Apply { server, file, prune, plan_hash, plan, yes, overrides, heal, json } => client(&server)
+            .and_then(|client| {
                 let overrides = client::overrides(&overrides)?;
+                let extra = client::Extra { overrides, heal };
                 let source = match (plan, file) {
                     (Some(saved), _) => ApplySource::SavedPlan(saved),
                     (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
                     (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
                 };
                 let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                client::apply(&client, &source, &overrides, json, confirm)
-            })
-        }
+                client::apply(&client, &source, &extra, json, confirm)
+            }),
         Command::History { server, limit, json } => {
             client(&server).and_then(|client| history::history(&client, limit, json))
         }
@@ -413,9 +417,9 @@ fn main() -> ExitCode {
             client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
         }
         Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
-            let overrides = client::overrides(&overrides)?;
+            let extra = client::Extra { overrides: client::overrides(&overrides)?, heal: false };
             let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-            client::apply(&client, &ApplySource::Revision(number), &overrides, json, confirm)
+            client::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
         }),
         Command::Diff { server, from, to, json } => {
             client(&server).and_then(|client| history::diff(&client, from, to, json))

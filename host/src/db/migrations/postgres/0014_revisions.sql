@@ -22,3 +22,7 @@ INSERT INTO fleet_revisions (tenant, revision, document, prune, plan_hash, appli
 SELECT tenant, 1, document, prune, plan_hash, applied_by, applied_at, calls, '[]' FROM fleet_applied;
 
 ALTER TABLE fleet_applied ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
+
+-- Self-heal (SPEC §15): the id of the token whose apply asked fleet.drift to restore
+-- its revision when a check finds drift; none when the revision does not heal.
+ALTER TABLE fleet_applied ADD COLUMN heal_token TEXT;
