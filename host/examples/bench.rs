@@ -17,7 +17,7 @@ use bytes::Bytes;
 use clap::Parser;
 use fleet::calls::auth::{self, Caller};
 use fleet::planner::{Budget, Entry, Sandbox, Session, Source};
-use fleet::{App, Config};
+use fleet::{App, Config, db};
 use fleet_guest::Snapshot;
 use http_body_util::Full;
 use hyper::service::service_fn;
@@ -289,17 +289,19 @@ async fn run(args: Args) -> Result<()> {
     config.plugins = vec![std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm")];
     // Off the runtime's threads: the PostgreSQL client runs a runtime of its own.
     let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
-    let (token, small_token, plugins_token) = tokio::task::block_in_place(|| -> Result<_> {
+    let (token, small_token, plugins_token, history_token) = tokio::task::block_in_place(|| -> Result<_> {
         let db = app.db.get()?;
         let now = "2026-11-30T00:00:00Z";
         auth::create_tenant(&db, "bench", now)?;
         auth::create_tenant(&db, "small", now)?;
         auth::create_tenant(&db, "plugins", now)?;
+        auth::create_tenant(&db, "history", now)?;
         let all = ["compute:*:* @ *".to_owned()];
         Ok((
             auth::create_token(&db, "bench", "alice", &all, now, None)?,
             auth::create_token(&db, "small", "alice", &all, now, None)?,
             auth::create_token(&db, "plugins", "alice", &all, now, None)?,
+            auth::create_token(&db, "history", "alice", &all, now, None)?,
         ))
     })?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -355,6 +357,23 @@ async fn run(args: Args) -> Result<()> {
         Some(Figure::SmallPlan) => return small_plan(&base, &small_token, &args).await.map(drop),
         _ => {}
     }
+
+    // History (issue 27): a tenant with 10,000 earlier revisions lists a page of them,
+    // and applies the same estate as the first apply above, in about its time.
+    tokio::task::block_in_place(|| keep_revisions(&app, "history", REVISIONS))?;
+    let mut pages = Vec::new();
+    for _ in 0..args.runs {
+        let started = Instant::now();
+        let page = post_as(&history_token, "history", json!({"limit": 100}).to_string()).await?;
+        pages.push(started.elapsed());
+        if answer(page)?["revisions"].as_array().map(Vec::len) != Some(100) {
+            bail!("history did not answer a page of 100 revisions");
+        }
+    }
+    let history_page = median(pages);
+    let started = Instant::now();
+    post_as(&history_token, "apply", json!({"document": document}).to_string()).await?;
+    let apply_after_revisions = started.elapsed();
 
     // Native and component planner on the same snapshot.
     let changed = with_changed_pools(&document);
@@ -629,6 +648,9 @@ async fn run(args: Args) -> Result<()> {
         "edge_plan_ms_p50": ms(edge_large),
         "edge_small_plan_ms_p50": ms(edge_small),
         "apply_ms": ms(apply),
+        "history_page_ms_p50": ms(history_page),
+        "apply_after_revisions_ms": ms(apply_after_revisions),
+        "apply_after_revisions_over_first": apply_after_revisions.as_secs_f64() / apply.as_secs_f64(),
         "rss_mib": rss,
         "rss_large_mib": rss_large,
         "cores": std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
@@ -670,6 +692,8 @@ async fn run(args: Args) -> Result<()> {
     row("100k-object plan over HTTP", plan_100k, "target <= 1000 ms");
     row("largest estate planned", format!("{max_objects} objects"), "target >= 200000");
     row("apply over HTTP", format!("{:.1} ms", ms(apply)), "target <= 400 ms");
+    row("history page (p50)", format!("{:.2} ms", ms(history_page)), "100 of 10,000 revisions");
+    row("apply after 10k revisions", format!("{:.1} ms", ms(apply_after_revisions)), "target: the first apply's time");
     row("small plan over HTTP (p50)", format!("{:.2} ms", ms(small_plan)), "");
     row("small plans over HTTP", format!("{small_rps:.0} rps"), "");
     row("bare hyper handler", format!("{hello_rps:.0} rps"), "");
@@ -689,6 +713,37 @@ async fn run(args: Args) -> Result<()> {
             "another tenant's, during a large apply",
         );
     }
+    Ok(())
+}
+
+/// The earlier revisions of the history figures.
+const REVISIONS: i64 = 10_000;
+
+/// Gives `tenant` `count` revisions, as that many applies of a small document would
+/// have kept them, written straight to the table (applying them would take minutes).
+fn keep_revisions(app: &App, tenant: &str, count: i64) -> Result<()> {
+    let db = app.db.get()?;
+    let document = json!({"sites": {"eu-west": {"region": "eu-west-1"}}}).to_string();
+    let hash = format!("sha256:{}", "0".repeat(64));
+    let numbers: Vec<i64> = (1..=count).collect();
+    let mut values = Vec::new();
+    for number in &numbers {
+        values.extend([
+            db::Param::Int(*number),
+            db::Param::Text(&document),
+            db::Param::Bool(false),
+            db::Param::Text(&hash),
+            db::Param::Text("alice"),
+            db::Param::Text("2026-11-30T00:00:00Z"),
+            db::Param::Int(1),
+            db::Param::Text("[]"),
+        ]);
+    }
+    let columns =
+        ["tenant", "revision", "document", "prune", "plan_hash", "applied_by", "applied_at", "calls", "overrides"];
+    db::transaction(&db, db::Tx::Write(tenant), |db| {
+        Ok(db.insert_rows("fleet_revisions", &columns, &[db::Param::Text(tenant)], &values, 100)?)
+    })?;
     Ok(())
 }
 
