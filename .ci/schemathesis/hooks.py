@@ -5,7 +5,9 @@ refusals answer 400 and no schema can express them: a change to an immutable fie
 (SPEC §4), an offer `to` its pool's own owner (SPEC §4), and a module plugin's own
 rules (SPEC §10: the example `reservations` plugin's times and capacities). Two more
 are content no JSON Schema can state: a policy source that is not Rego (SPEC §14), and
-objects for a plugin check that are not objects of their kinds (compute.preview.check). schemathesis.toml turns
+objects for a plugin check that are not objects of their kinds (compute.preview.check).
+Renames (SPEC §15) compare entries with each other: `from` equal to `to`, or two
+entries of a kind moving the same name. schemathesis.toml turns
 the stock positive_data_acceptance check off (its per-operation switch does not reach
 the stateful phase); this check takes its place everywhere: schema-valid data must be
 accepted exactly as the stock check demands, except for those two refusals on the
@@ -27,8 +29,12 @@ STATE_RULES = {
     "/api/compute/reservations/update",
     "/api/compute/policies/put",
     "/api/compute/preview/check",
+    "/api/compute/fleet/plan",
     "/api/compute/fleet/apply",
 }
+
+# What a document's renames may be refused for, by comparing them (docs/decisions/0016).
+RENAME_RULES = ("is the same name as from", "another entry moves")
 
 # The reservations plugin's rules (plugins/reservations): their paths and messages.
 PLUGIN_RULES = {
@@ -53,6 +59,8 @@ def documented(problem):
         return True
     # A plugin check's objects must be objects of their kinds (SPEC §10, §11).
     if problem.get("path", "").startswith("/subjects/"):
+        return True
+    if problem.get("path", "").startswith("/moved/") and message.startswith(RENAME_RULES):
         return True
     if message.startswith("is immutable: it cannot change from"):
         return True

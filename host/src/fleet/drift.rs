@@ -715,10 +715,7 @@ mod tests {
         }));
 
         tokio::time::sleep(interval + Duration::from_secs(1)).await;
-        let started = std::time::Instant::now();
-        while fixture.event_types("acme").is_empty() && started.elapsed() < Duration::from_secs(30) {
-            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
-        }
+        events_reach(&fixture, "acme", 1).await;
         assert_eq!(fixture.event_types("acme"), ["fleet.healed"]);
         let healed = fixture.last_event("acme");
         assert_eq!((healed["data"]["revision"].as_i64(), healed["data"]["calls"].as_u64()), (Some(1), Some(1)));
@@ -730,15 +727,36 @@ mod tests {
         let last = audit["records"].as_array().unwrap().last().unwrap().clone();
         assert_eq!((last["via"].as_str(), last["method"].as_str()), (Some("fleet.heal"), Some("compute.pools.update")));
         assert_eq!(last["planHash"], healed["data"]["planHash"]);
+
+        // Converged: the next check finds nothing to do and says nothing.
+        tokio::time::sleep(interval + Duration::from_secs(1)).await;
+        let checked = fixture.status("acme")["checkedAt"].clone();
+        let started = std::time::Instant::now();
+        while fixture.status("acme")["checkedAt"] == checked && started.elapsed() < Duration::from_secs(30) {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
+        }
+        assert_eq!(fixture.event_types("acme"), ["fleet.healed"]);
+        assert!(fixture.status("acme").get("drift").is_none());
         let _ = stop.send(());
         reconciler.await.unwrap();
     }
 
-    /// A heal the token that asked for it can no longer make, or the policies in force
-    /// deny, is refused: the drift is recorded with why, and nothing changes.
-    #[test]
-    fn a_heal_is_refused_when_its_token_or_the_policies_do_not_allow_it() {
-        let fixture = fixture(Duration::from_secs(900));
+    /// Waits, in paused time, for `tenant`'s events to number `count`: checks run on
+    /// blocking threads in real time.
+    async fn events_reach(fixture: &Fixture, tenant: &str, count: usize) {
+        let started = std::time::Instant::now();
+        while fixture.event_types(tenant).len() < count && started.elapsed() < Duration::from_secs(30) {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
+        }
+    }
+
+    /// In paused time: a heal the token that asked for it can no longer make, or the
+    /// policies in force deny, is refused; the drift is recorded with why, nothing
+    /// changes, and the same refusal is not announced again at the next check.
+    #[tokio::test(start_paused = true)]
+    async fn a_heal_is_refused_when_its_token_or_the_policies_do_not_allow_it() {
+        let interval = Duration::from_secs(15 * 60);
+        let fixture = fixture(interval);
         let db = fixture.app.db.get().unwrap();
         let cases: [(&str, &[&str], &str); 4] = [
             ("revoked", &[EVERY], "was revoked"),
@@ -746,7 +764,7 @@ mod tests {
             ("narrow", &["compute:fleet:admin @ compute-fleet"], "not permitted: compute:pools:write @ compute-pools"),
             ("denied", &[EVERY], "policy no-updates: updates wait for the change window"),
         ];
-        for (tenant, grants, why) in cases {
+        for (tenant, grants, _) in cases {
             crate::calls::auth::create_tenant(&db, tenant, &db::now()).unwrap();
             // Everything made with every grant first, so that only the heal needs more.
             fixture.apply_healing(caller(tenant), false);
@@ -761,34 +779,40 @@ mod tests {
                 }
                 "denied" => {
                     let source = "package window\n\ndeny contains \"updates wait for the change window\" if {\n\tsome change in input.changes\n\tchange.action == \"update\"\n}\n";
-                    fixture.call(
-                        tenant,
-                        "compute.policies.put",
-                        json!({"name": "no-updates", "level": "enforced", "source": source}),
-                    );
+                    let policy = json!({"name": "no-updates", "level": "enforced", "source": source});
+                    fixture.call(tenant, "compute.policies.put", policy);
                 }
                 _ => {}
             }
             fixture.set_gpus(tenant, 1);
-            let outcome = check_tenant(&fixture.app, tenant).unwrap().unwrap();
-            assert!(matches!(outcome, Outcome::Drifted { .. }), "{tenant}: {outcome:?}");
-            let event = fixture.last_event(tenant);
-            assert_eq!(event["type"], "fleet.drifted", "{tenant}");
-            let error = event["data"]["healError"].as_str().unwrap_or_default();
-            assert!(error.contains(why), "{tenant}: {error}");
-            assert_eq!(fixture.gpus(tenant), 1, "{tenant}: nothing healed");
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let reconciler = tokio::spawn(run(fixture.app.clone(), async move {
+            let _ = stopped.await;
+        }));
+        for round in 1..=2 {
+            tokio::time::sleep(interval + Duration::from_secs(1)).await;
+            for (tenant, _, why) in cases {
+                events_reach(&fixture, tenant, 1).await;
+                assert_eq!(fixture.event_types(tenant), ["fleet.drifted"], "{tenant}, check {round}");
+                let error = fixture.last_event(tenant)["data"]["healError"].as_str().unwrap_or_default().to_owned();
+                assert!(error.contains(why), "{tenant}: {error}");
+                assert_eq!(fixture.gpus(tenant), 1, "{tenant}: nothing healed");
+            }
         }
 
         // An apply without heal turns it off: drift is reported, not healed.
-        let token = fixture.token("revoked", &[EVERY]);
-        fixture.apply_healing(token, false);
+        fixture.apply_healing(fixture.token("revoked", &[EVERY]), false);
         assert_eq!(fixture.status("revoked")["applied"]["heal"], false);
         fixture.set_gpus("revoked", 2);
-        check_tenant(&fixture.app, "revoked").unwrap();
+        tokio::time::sleep(interval + Duration::from_secs(1)).await;
+        events_reach(&fixture, "revoked", 3).await;
         let event = fixture.last_event("revoked");
         assert_eq!(event["type"], "fleet.drifted");
         assert!(event["data"].get("healError").is_none(), "{event}");
         assert_eq!(fixture.gpus("revoked"), 2);
+        let _ = stop.send(());
+        reconciler.await.unwrap();
     }
 
     #[test]

@@ -452,7 +452,9 @@ pub fn heal(app: &Arc<App>, tenant: &str, heal: &Heal, request: &str) -> Result<
         return Ok(Err(format!("the token {}: {}", heal.token, error.message)));
     }
     match applied(app, caller, app.db.get()?, request, Some(heal)) {
-        Ok(made) => Ok(Ok(made.map_or(0, |(_, calls)| calls))),
+        Ok(Some((_, calls))) => Ok(Ok(calls)),
+        // The check that found the drift no longer records anything either.
+        Ok(None) => Ok(Err("an apply came after the check that found the drift".to_owned())),
         Err(error) if matches!(error.code, Code::Unavailable | Code::Internal | Code::ResourceExhausted) => Err(error),
         Err(error) => Ok(Err(refusal(&error))),
     }
