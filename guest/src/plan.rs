@@ -61,6 +61,13 @@ pub(crate) struct Change {
     pub(crate) text: String,
 }
 
+impl Change {
+    /// A change of the whole object, no field named: a removal or a restore.
+    fn whole(action: Action, descriptor: &Descriptor, key: &str, id: Option<String>, text: String) -> Change {
+        Change { action, kind: descriptor.kind, key: key.to_owned(), from: None, id, fields: Vec::new(), text }
+    }
+}
+
 /// An ordered JSON object of named values, serialized in the order given (call inputs),
 /// whatever the `serde_json` map features.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -622,15 +629,7 @@ impl<'a> Planner<'a> {
         if current.archived {
             self.plan.summary.restore += 1;
             let text = text::restore(descriptor, key);
-            self.plan.changes.push(Change {
-                action: Action::Restore,
-                kind: descriptor.kind,
-                key: key.to_owned(),
-                from: None,
-                id: id.clone(),
-                fields: Vec::new(),
-                text,
-            });
+            self.plan.changes.push(Change::whole(Action::Restore, descriptor, key, id.clone(), text));
             self.plan.calls.push(removal_call(descriptor, "restore", &current.key));
         }
         let Some(input) = update else {
@@ -843,16 +842,7 @@ impl<'a> Planner<'a> {
                 }
                 if let Some(missing) = self.not_permitted(descriptor) {
                     let text = text::blocked(descriptor, key, [missing.as_str()].into_iter());
-                    let change = Change {
-                        action,
-                        kind: descriptor.kind,
-                        key: key.to_owned(),
-                        from: None,
-                        id,
-                        fields: Vec::new(),
-                        text,
-                    };
-                    self.plan.changes.push(change);
+                    self.plan.changes.push(Change::whole(action, descriptor, key, id, text));
                     let blocked = Blocked { kind: descriptor.kind, key: key.to_owned(), field: None, reason: missing };
                     self.plan.blocked.push(blocked);
                     continue;
@@ -862,15 +852,7 @@ impl<'a> Planner<'a> {
                     _ => self.plan.summary.delete += 1,
                 }
                 let text = text::removal(descriptor, key, action.verb());
-                self.plan.changes.push(Change {
-                    action,
-                    kind: descriptor.kind,
-                    key: key.to_owned(),
-                    from: None,
-                    id,
-                    fields: Vec::new(),
-                    text,
-                });
+                self.plan.changes.push(Change::whole(action, descriptor, key, id, text));
                 self.plan.calls.push(removal_call(descriptor, action.verb(), &object.key));
             }
         }

@@ -169,6 +169,27 @@ test('blocked changes and invalid documents show as the server reports them', as
   assert.deepEqual(problems, []);
 });
 
+test('a rename plans in the browser as at the server and shows as one line', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  const renamed = structuredClone(exported);
+  renamed.pools['gpu-main'] = renamed.pools['gpu-a'];
+  delete renamed.pools['gpu-a'];
+  for (const section of ['offers', 'flavors']) {
+    for (const object of Object.values(renamed[section] ?? {})) {
+      if (object.pool === 'gpu-a') object.pool = 'gpu-main';
+    }
+  }
+  renamed.moved = [{ kind: 'pool', from: 'gpu-a', to: 'gpu-main' }];
+  await edit(page, renamed);
+  const view = await shown(page);
+  const server_plan = await server.call(token, 'fleet/plan', { document: renamed, prune: false });
+  assert.equal(view.json, server_plan.text);
+  assert.deepEqual(view.lines, ['~ pool gpu-a → gpu-main: rename']);
+  assert.match(view.summary, /1 to rename/);
+  assert.deepEqual(problems, []);
+});
+
 test('policies judge the browser plan as they judge the server plan, and a denial disables apply', async () => {
   // A tenant of its own, with a mandatory policy of the examples in force.
   const judged = server.tenantWithToken('judged');

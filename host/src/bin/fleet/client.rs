@@ -275,19 +275,7 @@ pub fn render_plan(plan: &Value) -> String {
         (true, false) => out.push_str("No changes to make.\n"),
         (false, _) => {}
     }
-    let mut heading = String::new();
-    for change in changes {
-        let this_heading = kind_heading(change["kind"].as_str().unwrap_or_default());
-        if this_heading != heading {
-            heading = this_heading;
-            let bold = Style::new().bold();
-            out.push_str(&format!("\n{bold}{heading}{bold:#}\n"));
-        }
-        // The line says it all: an update's fields, a blocked change's reasons.
-        let text = printable(&change["text"]);
-        let style = style_for(&text);
-        out.push_str(&format!("  {style}{text}{style:#}\n"));
-    }
+    change_lines(&mut out, changes);
     // Blocked entries without a line above (none today) would otherwise go unseen.
     let shown = |blocked: &&Value| {
         changes.iter().any(|change| change["kind"] == blocked["kind"] && change["key"] == blocked["key"])
@@ -345,6 +333,23 @@ pub fn render_plan(plan: &Value) -> String {
     }
     out.push_str(&format!("Plan hash: {}\n", printable(&plan["planHash"])));
     out
+}
+
+/// Changes grouped under their kind's heading, a line each: the line says it all (an
+/// update's fields, a blocked change's reasons).
+pub fn change_lines(out: &mut String, changes: &[Value]) {
+    let mut heading = String::new();
+    for change in changes {
+        let this_heading = kind_heading(change["kind"].as_str().unwrap_or_default());
+        if this_heading != heading {
+            heading = this_heading;
+            let bold = Style::new().bold();
+            out.push_str(&format!("\n{bold}{heading}{bold:#}\n"));
+        }
+        let text = printable(&change["text"]);
+        let style = style_for(&text);
+        out.push_str(&format!("  {style}{text}{style:#}\n"));
+    }
 }
 
 /// `fleet policy eval`: the verdicts `files` give on a plan saved by `fleet plan --out`,

@@ -3,12 +3,9 @@
 
 use std::path::Path;
 
-use anstyle::Style;
 use serde_json::{Map, Value, json};
 
-use crate::client::{
-    self, CliError, Client, EXIT_CHANGES, EXIT_OK, kind_heading, plural, print_json, printable, shown, style_for,
-};
+use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, plural, print_json, printable, shown};
 
 pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
     let answer = client.call("fleet/history", &json!({ "limit": limit }))?;
@@ -158,18 +155,7 @@ fn render(from: u64, to: u64, changes: &[Value], prune: Option<(bool, bool)>) ->
     if let Some((was, is)) = prune {
         out.push_str(&format!("Prune: {} -> {}\n", on_off(was), on_off(is)));
     }
-    let mut heading = String::new();
-    for change in changes {
-        let this_heading = kind_heading(change["kind"].as_str().unwrap_or_default());
-        if this_heading != heading {
-            heading = this_heading;
-            let bold = Style::new().bold();
-            out.push_str(&format!("\n{bold}{heading}{bold:#}\n"));
-        }
-        let text = printable(&change["text"]);
-        let style = style_for(&text);
-        out.push_str(&format!("  {style}{text}{style:#}\n"));
-    }
+    client::change_lines(&mut out, changes);
     let count = |action: &str| changes.iter().filter(|change| change["action"] == action).count();
     out.push_str(&format!(
         "\nFrom revision {from} to {to}: {} created, {} updated, {} no longer in the document.\n",

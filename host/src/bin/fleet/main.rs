@@ -174,6 +174,23 @@ enum Command {
     },
 }
 
+impl Command {
+    /// The commands that talk to a server rather than open the database.
+    fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Export { .. }
+                | Command::Plan { .. }
+                | Command::Apply { .. }
+                | Command::Status { .. }
+                | Command::History { .. }
+                | Command::Revision { .. }
+                | Command::Rollback { .. }
+                | Command::Diff { .. }
+        )
+    }
+}
+
 #[derive(Args)]
 struct ServerArgs {
     /// The fleet server.
@@ -366,17 +383,7 @@ fn main() -> ExitCode {
             return ExitCode::from(client::EXIT_ERROR);
         }
     };
-    let is_client = matches!(
-        cli.command,
-        Command::Export { .. }
-            | Command::Plan { .. }
-            | Command::Apply { .. }
-            | Command::Status { .. }
-            | Command::History { .. }
-            | Command::Revision { .. }
-            | Command::Rollback { .. }
-            | Command::Diff { .. }
-    );
+    let is_client = cli.command.is_client();
     let db_given =
         matches.subcommand().is_some_and(|(_, sub)| sub.value_source("db") == Some(ValueSource::CommandLine))
             || matches.value_source("db") == Some(ValueSource::CommandLine);
@@ -521,16 +528,8 @@ fn local(db_path: PathBuf, command: Command) -> Result<()> {
                 .with_context(|| format!("writing {}", output.display()))?;
             Ok(())
         }
-        Command::Export { .. }
-        | Command::Plan { .. }
-        | Command::Apply { .. }
-        | Command::Status { .. }
-        | Command::History { .. }
-        | Command::Revision { .. }
-        | Command::Rollback { .. }
-        | Command::Diff { .. } => {
-            bail!("client commands do not use the database")
-        }
+        // The rest are the client commands (`Command::is_client`), which `main` runs.
+        _ => bail!("client commands do not use the database"),
     }
 }
 
