@@ -29,6 +29,9 @@ pub(crate) enum Renamed {
     Taken(String),
     /// Neither name names anything.
     Nothing,
+    /// `from` names the object with this id, and the document names a new object
+    /// `from` too: that waits for a later apply.
+    Reused(String),
 }
 
 #[derive(Debug)]
@@ -119,10 +122,14 @@ impl Estate {
     }
 
     /// Renames the object bound to `from` to `to` (SPEC §15), as the bindings will be
-    /// once the plan is applied, and says what the move is.
-    pub(crate) fn rename(&mut self, kind: usize, from: &str, to: &str) -> Renamed {
+    /// once the plan is applied, and says what the move is. `listed`: the document
+    /// also has an object keyed `from`, which is the old name used again.
+    pub(crate) fn rename(&mut self, kind: usize, from: &str, to: &str, listed: bool) -> Renamed {
         let table = &mut self.tables[kind];
         match (table.name_to_id.get(from).cloned(), table.name_to_id.get(to)) {
+            // The create of the new `from` would replay the moved object's create, whose
+            // idempotency key moves only once the apply's calls have run.
+            (Some(id), None) if listed => Renamed::Reused(id),
             (Some(id), None) => {
                 table.name_to_id.remove(from);
                 table.name_to_id.insert(to.to_owned(), id.clone());
@@ -135,6 +142,8 @@ impl Estate {
                 Renamed::Now(id)
             }
             (Some(id), Some(other)) if *other == id => Renamed::Done,
+            // Made before, and the old name given to a new object since.
+            (Some(_), Some(_)) if listed => Renamed::Done,
             (Some(id), Some(_)) => Renamed::Taken(id),
             (None, Some(_)) => Renamed::Done,
             (None, None) => Renamed::Nothing,

@@ -316,8 +316,15 @@ pub(crate) fn plan(
     host: &dyn Host,
 ) -> Result<Plan, Error> {
     // The document's renames first: the rest is planned under the new names.
-    let renames: Vec<Renamed> =
-        request.document.moved.iter().map(|moved| estate.rename(moved.kind, &moved.from, &moved.to)).collect();
+    let renames: Vec<Renamed> = request
+        .document
+        .moved
+        .iter()
+        .map(|moved| {
+            let listed = request.document.section(moved.kind).contains_key(&moved.from);
+            estate.rename(moved.kind, &moved.from, &moved.to, listed)
+        })
+        .collect();
     let estate = &*estate;
     let kinds = estate.catalog.len();
     let mut planner = Planner {
@@ -453,9 +460,13 @@ impl<'a> Planner<'a> {
             Renamed::Now(_) => None,
             Renamed::Taken(_) => Some(format!("{to} already names another {}", descriptor.kind)),
             Renamed::Nothing => Some(format!("nothing is named {from}")),
+            Renamed::Reused(_) => Some(format!(
+                "{from} is moved to {to} by this document, so a new {} {from} waits for a later apply",
+                descriptor.kind
+            )),
         };
         let id = match renamed {
-            Renamed::Now(id) | Renamed::Taken(id) => Some(id.clone()),
+            Renamed::Now(id) | Renamed::Taken(id) | Renamed::Reused(id) => Some(id.clone()),
             Renamed::Done | Renamed::Nothing => None,
         };
         let text = match &reason {

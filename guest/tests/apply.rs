@@ -170,3 +170,30 @@ fn policies_deny_and_only_mandatory_denials_are_overridden() {
     let enforced = vec![policy("no-pools", fleet_guest::Level::Enforced)];
     assert_eq!(denied(apply(&mut with(enforced, None), reason)).0, ErrorCode::PolicyDenied);
 }
+
+/// SPEC §15: a rename keeps the object and makes no call; the old name is free again,
+/// and a create under it is a new object with an id derived again, not a replay.
+#[test]
+fn a_rename_keeps_the_object_and_a_create_under_the_old_name_is_new() {
+    let mut model = Model::new(empty_snapshot());
+    model.apply(&json!({"document": document()}).to_string()).expect("applies");
+    let pool = model.log[2].1["id"].clone();
+    let mut renamed = document();
+    renamed["pools"]["gpu-main"] = renamed["pools"]["gpu-a"].take();
+    renamed["pools"].as_object_mut().expect("pools").remove("gpu-a");
+    renamed["moved"] = json!([{"kind": "pool", "from": "gpu-a", "to": "gpu-main"}]);
+    let result = model.apply(&json!({"document": renamed}).to_string()).expect("renames");
+    assert_eq!(result["applied"], 0);
+    assert_eq!(result["plan"]["changes"][0]["id"], pool);
+    assert_eq!(model.log.len(), 4, "no call for a rename");
+
+    let mut both = renamed.clone();
+    both["pools"]["gpu-a"] = json!({"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml"});
+    let result = model.apply(&json!({"document": both}).to_string()).expect("creates anew");
+    assert_eq!(result["applied"], 1);
+    let (method, input) = &model.log[4];
+    assert_eq!((method.as_str(), &input["idempotencyKey"]), ("compute.pools.create", &json!("fleet:acme:pool:gpu-a")));
+    assert_ne!(input["id"], pool, "a new object, with an id derived again");
+    let again = model.apply(&json!({"document": both}).to_string()).expect("converges");
+    assert_eq!((again["applied"].as_u64(), again["plan"]["changes"].as_array().map(Vec::len)), (Some(0), Some(0)));
+}

@@ -219,7 +219,8 @@ fn a_rename_keeps_the_object_and_frees_its_old_name() {
     let (status, body) = server.call(&token, "fleet/apply", json!({"document": nothing}));
     assert_eq!((status, code(&body)), (409, "INVALID_STATE"), "{body}");
     assert_eq!(body["error"]["details"]["blocked"][0]["reason"], "nothing is named gpu-x");
-    let mut taken = both.clone();
+    // gpu-main renamed onto gpu-a, which names the new pool.
+    let mut taken = with_pool_named("gpu-a");
     taken["moved"] = json!([{"kind": "pool", "from": "gpu-main", "to": "gpu-a"}]);
     let (_, body) = server.call(&token, "fleet/apply", json!({"document": taken}));
     assert_eq!(body["error"]["details"]["blocked"][0]["reason"], "gpu-a already names another pool", "{body}");

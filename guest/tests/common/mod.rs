@@ -40,10 +40,22 @@ impl Model {
         Model { state, keys: HashMap::new(), log: Vec::new() }
     }
 
-    /// Records the name bindings of a plan's create changes, as the host does.
+    /// Records the name bindings of a plan's create changes, and moves those and the
+    /// idempotency keys of its renames (SPEC §15), as the host does.
     pub fn record_bindings(&mut self, plan: &Value) {
         for change in plan["changes"].as_array().into_iter().flatten() {
             let key = change["key"].as_str().unwrap_or_default();
+            if change["action"] == "rename" {
+                let (kind, from) = (change["kind"].as_str().expect("a kind"), change["from"].as_str().expect("from"));
+                let id = change["id"].as_str().expect("a rename names its object").to_owned();
+                self.state.bindings.retain(|binding| binding.kind != kind || binding.name != from);
+                self.state.bindings.push(Binding { kind: kind.to_owned(), name: key.to_owned(), id });
+                let tenant = self.state.caller.tenant.clone();
+                if let Some(made) = self.keys.remove(&format!("fleet:{tenant}:{kind}:{from}")) {
+                    self.keys.insert(format!("fleet:{tenant}:{kind}:{key}"), made);
+                }
+                continue;
+            }
             if change["action"] != "create" || change["kind"] == "ownerQuota" || key.contains('_') {
                 continue;
             }
