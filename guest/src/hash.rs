@@ -33,8 +33,8 @@ pub(crate) fn planned_id_again(caller: &Caller, kind: &Descriptor, key: &str, ag
 }
 
 /// The idempotency key of a create: `fleet:<tenant>:<kind>:<key>`.
-pub(crate) fn idempotency_key(caller: &Caller, kind: &Descriptor, key: &str) -> String {
-    format!("fleet:{}:{}:{key}", caller.tenant, kind.kind)
+pub fn idempotency_key(tenant: &str, kind: &str, key: &str) -> String {
+    format!("fleet:{tenant}:{kind}:{key}")
 }
 
 /// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`.
@@ -298,7 +298,7 @@ mod tests {
     #[test]
     fn idempotency_keys_name_tenant_kind_and_key() {
         assert_eq!(
-            idempotency_key(&alice(), &crate::kinds::PROVIDER_ACCOUNT, "aws-main"),
+            idempotency_key(&alice().tenant, crate::kinds::PROVIDER_ACCOUNT.kind, "aws-main"),
             "fleet:acme:providerAccount:aws-main"
         );
     }

@@ -49,6 +49,7 @@ pub use state::{Binding, Caller, Object, Snapshot, Value};
 
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
+pub use hash::idempotency_key;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
 pub trait Host {

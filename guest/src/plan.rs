@@ -619,7 +619,7 @@ impl<'a> Planner<'a> {
                 text,
             });
             let idempotency_key =
-                descriptor.id_prefix().map(|_| hash::idempotency_key(&estate.caller, descriptor, key));
+                descriptor.id_prefix().map(|_| hash::idempotency_key(&estate.caller.tenant, descriptor.kind, key));
             let verb = if descriptor.upserted() { "set" } else { "create" };
             self.plan.calls.push(Call { method: descriptor.method(verb), input, idempotency_key });
             return;

@@ -50,9 +50,9 @@ impl Model {
                 let id = change["id"].as_str().expect("a rename names its object").to_owned();
                 self.state.bindings.retain(|binding| binding.kind != kind || binding.name != from);
                 self.state.bindings.push(Binding { kind: kind.to_owned(), name: key.to_owned(), id });
-                let tenant = self.state.caller.tenant.clone();
-                if let Some(made) = self.keys.remove(&format!("fleet:{tenant}:{kind}:{from}")) {
-                    self.keys.insert(format!("fleet:{tenant}:{kind}:{key}"), made);
+                let tenant = &self.state.caller.tenant;
+                if let Some(made) = self.keys.remove(&fleet_guest::idempotency_key(tenant, kind, from)) {
+                    self.keys.insert(fleet_guest::idempotency_key(tenant, kind, key), made);
                 }
                 continue;
             }

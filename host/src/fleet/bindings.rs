@@ -51,7 +51,7 @@ pub fn rename(db: &Conn, tenant: &str, kind: &Descriptor, from: &str, to: &str, 
         params![tenant, kind.kind, from],
     )?;
     bind(db, tenant, [(kind.kind, to, id)])?;
-    let key = |name: &str| format!("fleet:{tenant}:{}:{name}", kind.kind);
+    let key = |name: &str| fleet_guest::idempotency_key(tenant, kind.kind, name);
     let sql = format!(
         "UPDATE {} SET idempotency_key = ?3 WHERE tenant = ?1 AND {} = ?2 AND idempotency_key = ?4",
         crate::modules::store::table(kind),

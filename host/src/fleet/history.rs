@@ -55,9 +55,9 @@ fn revision_schema(whole: bool) -> Value {
             "calls": {"type": "integer", "minimum": 0},
             "prune": {"type": "boolean"}}});
     if whole {
-        schema["required"].as_array_mut().into_iter().for_each(|required| {
+        if let Some(required) = schema["required"].as_array_mut() {
             required.extend([json!("document"), json!("overrides")]);
-        });
+        }
         schema["properties"]["document"] = json!({"type": "object"});
         schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
             "required": ["policy", "reason"],
@@ -132,18 +132,14 @@ fn history(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<Strin
     input.finish()?;
     // Older than `after`: the list is newest first.
     let before = after.map_or(i64::MAX, |after| i64::try_from(after).unwrap_or(i64::MAX));
-    let mut revisions = Vec::new();
-    db::transaction(&db, db::Tx::Read, |db| {
-        Ok(db.for_each(
+    let revisions = db::transaction(&db, db::Tx::Read, |db| {
+        Ok(db.query(
             &format!(
                 "SELECT {LISTED} FROM fleet_revisions WHERE tenant = ?1 AND revision < ?2
                  ORDER BY revision DESC LIMIT ?3"
             ),
             params![&caller.tenant, before, limit as i64],
-            |row| {
-                revisions.push(Value::Object(listed(row)?));
-                Ok(())
-            },
+            |row| Ok(Value::Object(listed(row)?)),
         )?)
     })?;
     Ok(json!({ "revisions": revisions }).to_string())
