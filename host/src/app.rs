@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_guest::Catalog;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::calls::auth::TokenCache;
 use crate::calls::registry::Registry;
@@ -103,6 +103,9 @@ pub struct App {
     pub plugins: Arc<Plugins>,
     /// Wakes event streams when events were committed.
     pub events: broadcast::Sender<()>,
+    /// Turns true when the server stops serving: endless responses (event streams) end,
+    /// so that a graceful shutdown does not wait for them forever.
+    pub stopping: watch::Sender<bool>,
     pub metrics: Metrics,
     /// This server among the replicas on its database, as drift claims name their
     /// holder: `<host>:<pid>`.
@@ -173,6 +176,7 @@ impl App {
             sandbox,
             plugins,
             events,
+            stopping: watch::Sender::new(false),
             metrics,
             replica,
             tls,

@@ -96,6 +96,34 @@ fn slow_heads_and_idle_connections_are_closed_by_their_timeouts() {
 }
 
 #[test]
+fn a_terminated_server_ends_its_event_streams_and_exits() {
+    let mut server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    // An open event stream (a console left open) must not hold the shutdown.
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    let request = format!(
+        "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        server.address()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = [0; 1024];
+    let read = stream.read(&mut head).unwrap();
+    assert!(String::from_utf8_lossy(&head[..read]).starts_with("HTTP/1.1 200"));
+    let terminated = std::process::Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
+    assert!(terminated.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = server.exited() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the server still runs 10 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(closed_within(&mut stream, Duration::from_secs(1)), "the stream ended with the server");
+}
+
+#[test]
 fn a_flood_of_idle_connections_under_a_low_descriptor_limit_leaves_the_server_serving_and_quiet() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");

@@ -134,8 +134,12 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
     let mut after = resume_point(&request)?;
     let (mut sender, body) = Channel::<Bytes, Infallible>::new(16);
     let mut wake = app.events.subscribe();
+    let mut stopping = app.stopping.subscribe();
     tokio::spawn(async move {
         loop {
+            if *stopping.borrow_and_update() {
+                return;
+            }
             let batch = {
                 let (app, authorization, tenant) = (app.clone(), authorization.clone(), caller.tenant.clone());
                 tokio::task::spawn_blocking(move || {
@@ -165,7 +169,11 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
                     return;
                 }
             }
-            match tokio::time::timeout(KEEPALIVE, wake.recv()).await {
+            let woken = tokio::select! {
+                woken = tokio::time::timeout(KEEPALIVE, wake.recv()) => woken,
+                _ = stopping.changed() => return,
+            };
+            match woken {
                 Ok(Ok(())) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
                 Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
                 Err(_) => {

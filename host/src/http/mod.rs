@@ -103,6 +103,7 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
         });
     }
     drop(listener);
+    app.stopping.send_replace(true);
     graceful.shutdown().await;
     Ok(())
 }
