@@ -8,7 +8,10 @@
 //!   (Python, `plugins/maintenance-windows/build.sh`, which installs componentize-py
 //!   when it is missing); and the hostile test plugin (`test-programs/hostile-plugin`);
 //! - the edge component (`edge/`, SPEC §11) for `wasm32-wasip2`, which is a component
-//!   as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`.
+//!   as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`;
+//! - the console's assets (SPEC §16): the planner and the example plugins transpiled by
+//!   jco (`console/build.sh`) into `target/<profile>/console/`, the server's default
+//!   `--console-dir`, when Node.js and npm are installed.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -24,7 +27,17 @@ fn main() -> Result<()> {
     let workspace = manifest_dir.parent().context("host/ has a parent")?.to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    let watched = ["guest/src", "guest/Cargo.toml", "test-programs", "plugins", "edge", "wit", "Cargo.lock"];
+    let watched = [
+        "guest/src",
+        "guest/Cargo.toml",
+        "test-programs",
+        "plugins",
+        "edge",
+        "wit",
+        "Cargo.lock",
+        "console/build.sh",
+        "console/package-lock.json",
+    ];
     for watched in watched {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
@@ -61,7 +74,36 @@ fn main() -> Result<()> {
     std::fs::copy(&edge, &edge_out).with_context(|| format!("copying {}", edge.display()))?;
     println!("cargo:rustc-env=FLEET_EDGE_WASM={}", edge_out.display());
     std::fs::copy(&edge, profile_dir.join("fleet-edge.wasm"))?;
+
+    let console_dir = profile_dir.join("console");
+    println!("cargo:rustc-env=FLEET_CONSOLE_DIR={}", console_dir.display());
+    let plugins = ["reservations.wasm", "maintenance-windows.wasm"].map(|name| plugins_dir.join(name));
+    build_console(&workspace, &out_dir.join("fleet_planner.wasm"), &plugins, &console_dir);
     Ok(())
+}
+
+/// The console's assets, by `console/build.sh` (jco, from the page's npm packages, which
+/// it installs first when they are missing or older than the lock file). Without Node.js
+/// and npm the build goes on without them (and says so); the server then says what to run.
+fn build_console(workspace: &Path, component: &Path, plugins: &[PathBuf], out: &Path) {
+    let source = workspace.join("console");
+    let have = |tool: &str| Command::new(tool).arg("--version").stdout(std::process::Stdio::null()).status();
+    if !matches!((have("node"), have("npm")), (Ok(node), Ok(npm)) if node.success() && npm.success()) {
+        println!("cargo:warning=no Node.js and npm: the console's assets are not built (see README, The console)");
+        return;
+    }
+    let status = Command::new("bash")
+        .arg(source.join("build.sh"))
+        .args(plugins.iter().filter(|plugin| plugin.is_file()))
+        .env("FLEET_COMPONENT", component)
+        .env("CONSOLE_OUT", out)
+        .stdout(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => println!("cargo:warning=console/build.sh failed ({status}): the console's assets are not built"),
+        Err(error) => println!("cargo:warning=cannot run console/build.sh: {error}"),
+    }
 }
 
 /// The example plugin in Python, built by its own script with componentize-py. Without

@@ -42,8 +42,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
-    /// The browser preview's assets (the planner transpiled by jco), served at `/preview/assets/`.
-    pub preview_dir: PathBuf,
+    /// The console's assets (the planner transpiled by jco), served at `/console/assets/`.
+    pub console_dir: PathBuf,
     /// The most bytes of encoded tenant states kept between requests (docs/decisions/0010).
     pub state_cache_bytes: usize,
     /// The certificate chain and private key (PEM files) to serve HTTPS with, if any.
@@ -69,7 +69,7 @@ impl Config {
             budget: Budget::default(),
             request_timeout: planner::DEFAULT_DEADLINE,
             cache_dir: None,
-            preview_dir: crate::http::preview::default_dir(),
+            console_dir: crate::http::console::default_dir(),
             state_cache_bytes: 256 << 20,
             tls: None,
             plugins: Vec::new(),

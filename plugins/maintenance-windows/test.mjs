@@ -3,7 +3,7 @@
 //   node plugins/maintenance-windows/test.mjs OUT.wasm   (transpiles it with jco first)
 //   node plugins/maintenance-windows/test.mjs DIR        (a `jco transpile --instantiation async` output)
 //
-// jco comes from preview/node_modules (`npm ci` in preview/), or JCO=/path/to/jco.
+// jco comes from console/node_modules (`npm ci` in console/), or JCO=/path/to/jco.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -24,7 +24,7 @@ async function load(path) {
   if (!statSync(path).isDirectory()) {
     dir = mkdtempSync(join(tmpdir(), 'mw-plugin-'));
     process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const jco = process.env.JCO ?? join(repo, 'preview/node_modules/.bin/jco');
+    const jco = process.env.JCO ?? join(repo, 'console/node_modules/.bin/jco');
     const run = spawnSync(jco, ['transpile', path, '-o', dir, '--name', 'plugin',
       '--instantiation', 'async', '--no-wasi-shim', '--no-typescript', '--quiet'], { stdio: 'inherit' });
     assert.equal(run.status, 0, `${jco} transpile failed`);

@@ -12,7 +12,7 @@ import { FLEET_BIN, REPO, estate, startServer } from './support.mjs';
 
 /** Built by `cargo build` next to the binary (host/build.rs). */
 const EDGE_WASM = resolve(REPO, process.env.FLEET_EDGE_WASM ?? join(dirname(FLEET_BIN), 'fleet-edge.wasm'));
-const JCO = join(REPO, 'preview/node_modules/.bin/jco');
+const JCO = join(REPO, 'console/node_modules/.bin/jco');
 
 /** A loopback port nothing listens on (for a moment). */
 async function freePort() {

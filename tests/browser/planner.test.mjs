@@ -1,5 +1,5 @@
-// The transpiled planner in Node.js, with the preview host's adapters: every golden
-// case of guest/tests/plans plans as the native planner does, and the preview host
+// The transpiled planner in Node.js, with the console's host adapters: every golden
+// case of guest/tests/plans plans as the native planner does, and that host
 // has no composite methods (SPEC §6.3).
 
 import assert from 'node:assert/strict';
@@ -7,7 +7,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { PlannerError, adapters, loadPlanner } from '../../preview/planner.js';
+import { PlannerError, adapters, loadPlanner } from '../../console/planner.js';
 import { REPO, componentInNode } from './support.mjs';
 
 const PLANS = join(REPO, 'guest/tests/plans');
@@ -43,7 +43,7 @@ test('every golden plan comes out of the transpiled component unchanged', async 
   }
 });
 
-test('the preview host answers apply with UNSUPPORTED', async () => {
+test('the console's host answers apply with UNSUPPORTED', async () => {
   const state = JSON.parse(readFileSync(join(PLANS, 'create-all/state.json'), 'utf8'));
   const planner = await loadPlanner(module, getCoreModule, state);
   assert.throws(() => planner.apply('{}'), { name: 'PlannerError', code: 'UNSUPPORTED' });

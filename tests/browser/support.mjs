@@ -1,5 +1,6 @@
-// Shared by the browser-preview tests: paths, the real `fleet` binary on a loopback
-// port with a temp database, and the transpiled planner loaded in Node.js.
+// Shared by the browser tests: paths, the real `fleet` binary on a loopback port with a
+// temp database, headless Chromium signed in to the console, and the transpiled planner
+// loaded in Node.js.
 
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -7,11 +8,12 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const FLEET_BIN = resolve(REPO, process.env.FLEET_BIN ?? 'target/debug/fleet');
-/** Where `preview/build.sh` wrote the transpiled component. */
-export const PREVIEW_DIR = resolve(REPO, process.env.FLEET_PREVIEW_DIR ?? 'target/preview');
+/** Where the build (`console/build.sh`) wrote the transpiled component: beside the binary. */
+export const CONSOLE_DIR = resolve(REPO, process.env.FLEET_CONSOLE_DIR ?? join(dirname(FLEET_BIN), 'console'));
 /** Screenshots and other by-products of a test run (gitignored). */
 export const ARTIFACTS = resolve(REPO, process.env.FLEET_ARTIFACTS ?? 'target/artifacts');
 export const ALL = 'compute:*:* @ *';
@@ -76,12 +78,49 @@ export async function startServer(flags = []) {
   return server;
 }
 
-/** The transpiled component, with core modules compiled from PREVIEW_DIR. */
+// playwright-core is installed with the page's tooling, in console/node_modules.
+const { chromium } = createRequire(join(REPO, 'console/package.json'))('playwright-core');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+
+/** Debian's Chromium, headless, with a fresh profile (playwright passes it as --user-data-dir). */
+export function launchBrowser() {
+  return chromium.launchPersistentContext(tempDir('fleet-chromium-'), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ARGS,
+    viewport: { width: 1400, height: 1000 },
+  });
+}
+
+/**
+ * A new page of `browser` signed in to the console of `server` with `token`, at `view`
+ * (`#plan` waits for the first plan too). `problems` collects page errors, console
+ * errors and any request whose URL carries the token.
+ */
+export async function signIn(browser, server, token, view = '#status') {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('request', (request) => request.url().includes(token) && problems.push(`token in a URL: ${request.url()}`));
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => message.type() === 'error' && problems.push(`console: ${message.text()}`));
+  await page.goto(`${server.base}/console${view}`);
+  await page.fill('#token', token);
+  await page.click('#sign-in button[type=submit]');
+  await page.locator('#who', { hasText: 'tenant ' }).waitFor();
+  if (view === '#plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+  return { page, problems };
+}
+
+/** The transpiled component, with core modules compiled from CONSOLE_DIR. */
 export async function componentInNode() {
-  const module = await import(join(PREVIEW_DIR, 'fleet_planner.js'));
+  const module = await import(join(CONSOLE_DIR, 'fleet_planner.js'));
   const compiled = new Map();
   const getCoreModule = (name) => {
-    if (!compiled.has(name)) compiled.set(name, WebAssembly.compile(readFileSync(join(PREVIEW_DIR, name))));
+    if (!compiled.has(name)) compiled.set(name, WebAssembly.compile(readFileSync(join(CONSOLE_DIR, name))));
     return compiled.get(name);
   };
   return { module, getCoreModule };

@@ -395,18 +395,21 @@ fn the_demo_serves_a_token_and_an_estate() {
 }
 
 #[test]
-fn the_banner_links_the_preview_only_when_it_is_built() {
+fn the_banner_says_where_the_console_is_or_exactly_how_to_build_it() {
     let empty = tempfile::tempdir().unwrap();
-    let server = Server::start(&["--demo", "--preview-dir", empty.path().to_str().unwrap()]);
-    let preview = server.banner.iter().find(|line| line.contains("plan preview")).expect("a preview line");
-    assert!(!preview.contains("#token="), "{preview}");
-    assert!(preview.contains("npm run build"), "{preview}");
+    let assets = empty.path().to_str().unwrap();
+    let server = Server::start(&["--demo", "--console-dir", assets]);
+    let console = server.banner.iter().find(|line| line.starts_with("console: ")).expect("a console line");
+    assert!(console.starts_with("console: not built"), "{console}");
+    assert!(console.contains(&format!("CONSOLE_OUT={assets} ")) && console.ends_with("console/build.sh"), "{console}");
+    assert!(!console.contains("fleet_"), "no token in the line: {console}");
 
     std::fs::write(empty.path().join("fleet_planner.js"), "// built").unwrap();
     let dir = server.stop();
-    let server = Server::start_in(dir, &["--demo", "--preview-dir", empty.path().to_str().unwrap()]);
-    let preview = server.banner.iter().find(|line| line.contains("plan preview")).expect("a preview line");
-    assert!(preview.contains("/preview#token="), "{preview}");
+    // `--preview-dir`, the flag's old name, still works.
+    let server = Server::start_in(dir, &["--demo", "--preview-dir", assets]);
+    let console = server.banner.iter().find(|line| line.starts_with("console: ")).expect("a console line");
+    assert_eq!(console, &format!("console: http://{}/console (sign in with a token)", server.address()));
 }
 
 #[test]

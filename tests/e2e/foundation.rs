@@ -40,11 +40,12 @@ fn health_catalogue_and_openapi_need_no_token() {
     for method in methods {
         assert!(paths.contains_key(method["path"].as_str().unwrap()), "{method}");
     }
-    for route in ["/healthz", "/metrics", "/api/methods", "/api/openapi.json", "/api/compute/events/stream", "/preview"]
+    for route in ["/healthz", "/metrics", "/api/methods", "/api/openapi.json", "/api/compute/events/stream", "/console"]
     {
         assert!(paths[route]["get"]["responses"]["200"].is_object(), "{route} is described");
     }
-    assert_eq!(paths.len(), methods.len() + 8, "every method and every GET route, nothing else");
+    assert!(paths["/preview"]["get"]["responses"]["308"].is_object(), "the old address redirects");
+    assert_eq!(paths.len(), methods.len() + 9, "every method and every GET route, nothing else");
     let plan = &openapi["paths"]["/api/compute/fleet/plan"]["post"];
     let document = &plan["requestBody"]["content"]["application/json"]["schema"]["properties"]["document"];
     assert_eq!(

@@ -2,7 +2,7 @@
 //! envelope, the body limit, and graceful shutdown.
 
 pub mod connection;
-pub mod preview;
+pub mod console;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -148,7 +148,7 @@ enum Route {
     Catalogue,
     OpenApi,
     EventStream,
-    Preview,
+    Console,
     Method,
 }
 
@@ -160,7 +160,7 @@ impl Route {
             "/api/methods" => Route::Catalogue,
             "/api/openapi.json" => Route::OpenApi,
             events::STREAM_PATH => Route::EventStream,
-            _ if preview::owns(path) => Route::Preview,
+            _ if console::owns(path) => Route::Console,
             _ if app.registry.by_path(path).is_some() => Route::Method,
             _ => return None,
         })
@@ -258,7 +258,7 @@ async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog)
         Route::OpenApi => json(StatusCode::OK, &openapi(app)),
         Route::Metrics => metrics(app.clone()).await.unwrap_or_else(|error| log.failed(error)),
         Route::EventStream => events::stream(app.clone(), request).await.unwrap_or_else(|error| log.failed(error)),
-        Route::Preview => preview::serve(&app.config.preview_dir, &path).await,
+        Route::Console => console::serve(&app.config.console_dir, &path).await,
         Route::Method => {
             if let Some(method) = app.registry.by_path(&path) {
                 log.method.clone_from(&method.name);
@@ -316,7 +316,13 @@ pub fn openapi(app: &App) -> Value {
             ),
         ),
         ("/api/openapi.json", text("This description.", "application/json", json!({"type": "object"}))),
-        (preview::PAGE_PATH, text("The browser plan preview.", "text/html", json!({"type": "string"}))),
+        (console::PAGE_PATH, text("The console (SPEC §16).", "text/html", json!({"type": "string"}))),
+        (
+            console::OLD_PATH,
+            json!({"get": {"summary": "The console's old address: redirects to /console.",
+                "responses": {"308": {"description": "to /console",
+                    "headers": {"Location": {"schema": {"type": "string", "enum": [console::PAGE_PATH]}}}}}}}),
+        ),
     ];
     let file = |summary: &str, name: &str| {
         let string = json!({"schema": {"type": "string"}});
@@ -330,12 +336,12 @@ pub fn openapi(app: &App) -> Value {
         paths.insert(path.to_owned(), item);
     }
     paths.insert(
-        "/preview/{file}".to_owned(),
-        file("A file of the preview page (app.js, planner.js, style.css).", "file"),
+        "/console/{file}".to_owned(),
+        file("A file of the console page (its scripts and style sheet).", "file"),
     );
     paths.insert(
-        "/preview/assets/{asset}".to_owned(),
-        file("The planner transpiled by jco for the preview (built by `npm run build`).", "asset"),
+        "/console/assets/{asset}".to_owned(),
+        file("The planner transpiled by jco for the console (built by console/build.sh).", "asset"),
     );
     paths.insert(
         events::STREAM_PATH.to_owned(),

@@ -1,7 +1,7 @@
 //! The `fleet` binary: flag parsing only; everything else lives in the library.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -254,9 +254,9 @@ struct Serve {
     /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
     #[arg(long, env = "FLEET_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
-    /// The browser preview's assets, built by `npm run build` in preview/ (default: the workspace's target/preview).
-    #[arg(long, env = "FLEET_PREVIEW_DIR")]
-    preview_dir: Option<PathBuf>,
+    /// The console's assets, built by console/build.sh (default: target/<profile>/console, which the build makes when Node.js is installed).
+    #[arg(long, env = "FLEET_CONSOLE_DIR", alias = "preview-dir")]
+    console_dir: Option<PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM), with --tls-key.
     #[arg(long, value_name = "FILE.pem", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -609,8 +609,8 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
     config.request_timeout = serve.request_timeout;
     config.budget.memory_bytes = (serve.sandbox_memory_mib as usize) << 20;
     config.cache_dir = serve.cache_dir.or_else(default_cache_dir);
-    if let Some(preview_dir) = serve.preview_dir {
-        config.preview_dir = preview_dir;
+    if let Some(console_dir) = serve.console_dir {
+        config.console_dir = console_dir;
     }
     config.plugins = serve.plugins;
     config.policies = serve.policies;
@@ -635,15 +635,27 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
             println!(
                 "  curl -s -X POST {scheme}://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
-            if fleet::http::preview::is_built(&app.config.preview_dir) {
-                println!("  plan preview: {scheme}://{address}/preview#token={token}");
-            } else {
-                println!("  plan preview: build it with `npm ci && npm run build` in preview/, then open {scheme}://{address}/preview");
-            }
+        }
+        if fleet::http::console::is_built(&app.config.console_dir) {
+            println!("console: {scheme}://{address}/console (sign in with a token)");
+        } else {
+            println!("console: {}", console_build_hint(&app.config.console_dir));
         }
         println!("fleet listening on {scheme}://{address}");
         fleet::serve(app, listener, fleet::shutdown_signal()).await
     })
+}
+
+/// Exactly what to run to build the console's assets for this binary into `console_dir`.
+fn console_build_hint(console_dir: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../console/build.sh");
+    let script = script.canonicalize().unwrap_or(script);
+    let binary = std::env::current_exe().map_or_else(|_| "fleet".to_owned(), |exe| exe.display().to_string());
+    format!(
+        "not built (it needs Node.js 20+ and npm); to build it, run: FLEET_BIN={binary} CONSOLE_OUT={} bash {}",
+        console_dir.display(),
+        script.display()
+    )
 }
 
 /// `fleet policy test`: every `test_` rule of every file, a line each, then a count.

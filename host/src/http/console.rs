@@ -1,31 +1,40 @@
-//! The browser plan preview: the page and its scripts (embedded in the binary) and the
-//! planner component transpiled by jco (read from the preview directory), served
-//! without authentication because none of it holds tenant data.
+//! The console (SPEC §16): the page and its scripts (embedded in the binary) and the
+//! planner component transpiled by jco (read from the console directory), served
+//! without authentication because none of it holds tenant data. `/preview`, the page's
+//! old address, redirects here.
 //!
-//! The page itself fetches the tenant's state with the token the user types and plans
-//! in the browser; see `preview/` and `docs/decisions/0004-browser-preview.md`.
+//! The page itself calls the API with the token the user signs in with and plans in the
+//! browser; see `console/`, `docs/decisions/0004-browser-preview.md` and
+//! `docs/decisions/0017-console.md`.
 
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue, LOCATION, X_CONTENT_TYPE_OPTIONS};
 use hyper::{Response, StatusCode};
 
 use crate::api::{ApiError, Code};
 use crate::http::{Body, error_response};
 
 /// The page.
-pub const PAGE_PATH: &str = "/preview";
+pub const PAGE_PATH: &str = "/console";
+/// The page's old address, which redirects to it.
+pub const OLD_PATH: &str = "/preview";
 /// The transpiled component: `fleet_planner.js` and its core modules.
-const ASSETS_PREFIX: &str = "/preview/assets/";
+const ASSETS_PREFIX: &str = "/console/assets/";
 
 /// The page's own files, compiled in so that the page always matches the server.
-const FILES: [(&str, &str, &str); 4] = [
-    ("/preview", "text/html; charset=utf-8", include_str!("../../../preview/index.html")),
-    ("/preview/app.js", "text/javascript; charset=utf-8", include_str!("../../../preview/app.js")),
-    ("/preview/planner.js", "text/javascript; charset=utf-8", include_str!("../../../preview/planner.js")),
-    ("/preview/style.css", "text/css; charset=utf-8", include_str!("../../../preview/style.css")),
+macro_rules! scripts {
+    ($($name:literal),* $(,)?) => {
+        [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
+    };
+}
+const SCRIPTS: [(&str, &str, &str); 8] =
+    scripts!["app.js", "dom.js", "planner.js", "plan.js", "status.js", "estate.js", "history.js", "capacity.js",];
+const PAGES: [(&str, &str, &str); 2] = [
+    ("/console", "text/html; charset=utf-8", include_str!("../../../console/index.html")),
+    ("/console/style.css", "text/css; charset=utf-8", include_str!("../../../console/style.css")),
 ];
 
 /// Scripts only from here, WebAssembly compiled from fetched bytes, calls only to this
@@ -35,29 +44,34 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self' 'wa
      frame-ancestors 'none'";
 
 /// How to build the assets, for the page and for a missing asset.
-pub const BUILD_HINT: &str = "the preview assets are not built: run `npm ci && npm run build` in preview/ \
-     (needs Node.js and npm), or serve with --preview-dir pointing at a built copy";
+pub const BUILD_HINT: &str = "the console's assets are not built: install Node.js 20+ and npm and build again \
+     (cargo build runs console/build.sh), or serve with --console-dir pointing at a built copy";
 
-/// Where `preview/build.sh` writes the assets in this workspace: the default of
-/// `serve --preview-dir`.
+/// Where the build writes the assets (`target/<profile>/console`): the default of
+/// `serve --console-dir`.
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/preview")
+    PathBuf::from(env!("FLEET_CONSOLE_DIR"))
 }
 
-/// Whether the transpiled planner the page loads is in `preview_dir`.
-pub fn is_built(preview_dir: &Path) -> bool {
-    preview_dir.join("fleet_planner.js").is_file()
+/// Whether the transpiled planner the page loads is in `console_dir`.
+pub fn is_built(console_dir: &Path) -> bool {
+    console_dir.join("fleet_planner.js").is_file()
 }
 
-/// Whether `path` (of a GET) belongs to the preview.
+/// Whether `path` (of a GET) belongs to the console, at its address or its old one.
 pub fn owns(path: &str) -> bool {
-    path == PAGE_PATH || path.starts_with("/preview/")
+    [PAGE_PATH, OLD_PATH]
+        .iter()
+        .any(|page| path.strip_prefix(page).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
 }
 
-/// Answers a GET under `/preview`.
-pub async fn serve(preview_dir: &Path, path: &str) -> Response<Body> {
-    let path = if path == "/preview/" { PAGE_PATH } else { path };
-    if let Some((_, content_type, text)) = FILES.iter().find(|(file_path, _, _)| *file_path == path) {
+/// Answers a GET under `/console` (and `/preview`, with a redirect to the page).
+pub async fn serve(console_dir: &Path, path: &str) -> Response<Body> {
+    if path == OLD_PATH || path.starts_with("/preview/") {
+        return redirect(PAGE_PATH);
+    }
+    let path = if path == "/console/" { PAGE_PATH } else { path };
+    if let Some((_, content_type, text)) = PAGES.iter().chain(&SCRIPTS).find(|(file_path, _, _)| *file_path == path) {
         let mut response = response(Bytes::from_static(text.as_bytes()), content_type);
         if path == PAGE_PATH {
             response.headers_mut().insert(
@@ -71,10 +85,10 @@ pub async fn serve(preview_dir: &Path, path: &str) -> Response<Body> {
         return response;
     }
     let Some(name) = path.strip_prefix(ASSETS_PREFIX) else {
-        return error_response(&ApiError::not_found(format!("no preview file at {path}")));
+        return error_response(&ApiError::not_found(format!("no console file at {path}")));
     };
-    let Some((file, content_type)) = asset(preview_dir, name) else {
-        return error_response(&ApiError::not_found(format!("no preview asset named {name:?}")));
+    let Some((file, content_type)) = asset(console_dir, name) else {
+        return error_response(&ApiError::not_found(format!("no console asset named {name:?}")));
     };
     match tokio::task::spawn_blocking(move || std::fs::read(file)).await {
         Ok(Ok(bytes)) => response(Bytes::from(bytes), content_type),
@@ -82,29 +96,29 @@ pub async fn serve(preview_dir: &Path, path: &str) -> Response<Body> {
             error_response(&ApiError::not_found(format!("{name}: {BUILD_HINT}")))
         }
         Ok(Err(error)) => {
-            tracing::error!(%error, name, dir = %preview_dir.display(), "reading a preview asset failed");
-            error_response(&ApiError::new(Code::Internal, "the preview asset could not be read"))
+            tracing::error!(%error, name, dir = %console_dir.display(), "reading a console asset failed");
+            error_response(&ApiError::new(Code::Internal, "the console asset could not be read"))
         }
         Err(error) => {
-            tracing::error!(%error, name, "reading a preview asset panicked");
-            error_response(&ApiError::new(Code::Internal, "the preview asset could not be read"))
+            tracing::error!(%error, name, "reading a console asset panicked");
+            error_response(&ApiError::new(Code::Internal, "the console asset could not be read"))
         }
     }
 }
 
-/// The file and content type of an asset: a plain name of the preview directory, or of
+/// The file and content type of an asset: a plain name of the console directory, or of
 /// a transpiled plugin's directory, `plugins/<sha256 hex>/<plain name>`.
-fn asset(preview_dir: &Path, name: &str) -> Option<(PathBuf, &'static str)> {
+fn asset(console_dir: &Path, name: &str) -> Option<(PathBuf, &'static str)> {
     if let Some(rest) = name.strip_prefix("plugins/") {
         let (digest, file) = rest.split_once('/')?;
         let hex = digest.len() == 64 && digest.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
-        return hex.then(|| asset_type(file).map(|ty| (preview_dir.join("plugins").join(digest).join(file), ty)))?;
+        return hex.then(|| asset_type(file).map(|ty| (console_dir.join("plugins").join(digest).join(file), ty)))?;
     }
-    asset_type(name).map(|ty| (preview_dir.join(name), ty))
+    asset_type(name).map(|ty| (console_dir.join(name), ty))
 }
 
 /// The content type of an asset name, or `None` for anything that is not a plain
-/// `.js` or `.wasm` file name of the preview directory itself: no separators, no dot
+/// `.js` or `.wasm` file name of the console directory itself: no separators, no dot
 /// files, no escapes, hence no way out of the directory.
 fn asset_type(name: &str) -> Option<&'static str> {
     let plain = !name.is_empty()
@@ -122,6 +136,14 @@ fn asset_type(name: &str) -> Option<&'static str> {
     }
 }
 
+/// A permanent redirect (the method kept) to `location`.
+fn redirect(location: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    response.headers_mut().insert(LOCATION, HeaderValue::from_static(location));
+    response
+}
+
 fn response(body: Bytes, content_type: &'static str) -> Response<Body> {
     let mut response = Response::new(Full::new(body).boxed());
     *response.status_mut() = StatusCode::OK;
@@ -135,8 +157,18 @@ fn response(body: Bytes, content_type: &'static str) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::{asset, asset_type};
+    use super::{asset, asset_type, owns};
     use std::path::Path;
+
+    #[test]
+    fn the_console_owns_its_paths_and_its_old_ones_only() {
+        for path in ["/console", "/console/", "/console/app.js", "/preview", "/preview/app.js"] {
+            assert!(owns(path), "{path}");
+        }
+        for path in ["/consoles", "/previewer", "/", "/api/console"] {
+            assert!(!owns(path), "{path}");
+        }
+    }
 
     #[test]
     fn assets_are_plain_js_and_wasm_names_only() {

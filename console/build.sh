@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
-# Builds the browser preview's assets: the planner component the `fleet` binary embeds,
-# and the module plugins the page may meet, transpiled by jco for JavaScript, into
-# target/preview/ (gitignored; the server's default --preview-dir). Nothing here is
+# Builds the console's assets: the planner component the `fleet` binary embeds, and the
+# module plugins the page may meet, transpiled by jco for JavaScript, into the console
+# directory beside the binary (target/<profile>/console/, gitignored; the server's
+# default --console-dir). host/build.rs runs it on every build when Node.js and npm are
+# installed; run it by hand for another binary or other plugins. Nothing here is
 # committed.
 #
-#   preview/build.sh [PLUGIN.wasm ...]
+#   console/build.sh [PLUGIN.wasm ...]
 #
 # Plugins: those named, else every plugin the workspace builds beside the binary
 # (target/<profile>/plugins/*.wasm). Each goes to plugins/<sha256 of the file>/, the
 # name the server gives it in the snapshot, so the page runs exactly the plugin the
 # server loaded (docs/decisions/0011).
 #
-#   FLEET_BIN=path/to/fleet   use this binary instead of building one with cargo
-#   PREVIEW_OUT=dir           write elsewhere (then serve with --preview-dir dir)
+#   FLEET_BIN=path/to/fleet     the binary whose planner to transpile (default: the
+#                               release build, made with cargo)
+#   FLEET_COMPONENT=file.wasm   the planner component itself (what host/build.rs passes)
+#   CONSOLE_OUT=dir             write elsewhere (then serve with --console-dir dir)
+#
+# The page's npm packages (jco, js-yaml) are installed first when they are missing or
+# older than package-lock.json.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
-out="${PREVIEW_OUT:-$repo/target/preview}"
 
-if [[ -z "${FLEET_BIN:-}" ]]; then
+if [[ -z "${FLEET_COMPONENT:-}" && -z "${FLEET_BIN:-}" ]]; then
   # The release binary, the one the README's `cargo run --release` serves with.
   (cd "$repo" && cargo build --release --locked --quiet --bin fleet)
   FLEET_BIN="${CARGO_TARGET_DIR:-$repo/target}/release/fleet"
 fi
+out="${CONSOLE_OUT:-$(dirname "${FLEET_BIN:-$repo/target/release/fleet}")/console}"
 
+installed="$here/node_modules/.package-lock.json"
+if [[ ! -f "$installed" || "$here/package-lock.json" -nt "$installed" ]]; then
+  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 jco="$here/node_modules/.bin/jco"
 if [[ ! -x "$jco" ]]; then
   echo "jco is not installed: run 'npm ci' in $here first" >&2
@@ -32,7 +43,11 @@ fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$FLEET_BIN" component -o "$work/fleet_planner.wasm"
+if [[ -n "${FLEET_COMPONENT:-}" ]]; then
+  cp "$FLEET_COMPONENT" "$work/fleet_planner.wasm"
+else
+  "$FLEET_BIN" component -o "$work/fleet_planner.wasm"
+fi
 
 # transpile COMPONENT NAME DIR
 # --instantiation async: the page passes the WIT imports (the module adapters) in.
@@ -47,7 +62,7 @@ transpile "$work/fleet_planner.wasm" fleet_planner "$work/out"
 
 # Module plugins: those named, else those built beside the binary.
 plugins=("$@")
-if [[ ${#plugins[@]} -eq 0 ]]; then
+if [[ ${#plugins[@]} -eq 0 && -n "${FLEET_BIN:-}" ]]; then
   shopt -s nullglob
   plugins=("$(dirname "$FLEET_BIN")"/plugins/*.wasm)
   shopt -u nullglob
@@ -67,5 +82,5 @@ rm -rf "$out.new"
 mv "$work/out" "$out.new"
 rm -rf "$out"
 mv "$out.new" "$out"
-echo "preview assets in $out:"
+echo "console assets in $out:"
 ls -l "$out" | tail -n +2

@@ -1,25 +1,14 @@
-// The browser plan preview end to end: the real `fleet` binary, the page in headless
+// The console's Plan view end to end: the real `fleet` binary, the page in headless
 // Chromium (Debian's package, driven by playwright-core), a token, an edited document,
 // the plan computed in the browser compared byte for byte with the server's, an apply
-// through the server, and a screenshot in target/artifacts/.
+// through the server, and screenshots in target/artifacts/.
 
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, afterEach, before, test } from 'node:test';
 
-import { ARTIFACTS, FLEET_BIN, REPO, estate, startServer, tempDir } from './support.mjs';
-
-// playwright-core is installed with the page's tooling, in preview/node_modules.
-const require = createRequire(join(REPO, 'preview/package.json'));
-const { chromium } = require('playwright-core');
-
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-];
+import { ARTIFACTS, FLEET_BIN, REPO, estate, launchBrowser, signIn, startServer, tempDir } from './support.mjs';
 
 let server;
 let browser;
@@ -30,13 +19,13 @@ before(async () => {
   server = await startServer();
   token = server.tenantWithToken('acme');
   await server.ok(token, 'fleet/apply', { document: estate() });
-  // A fresh profile every run (playwright passes it as --user-data-dir).
-  browser = await chromium.launchPersistentContext(tempDir('fleet-chromium-'), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ARGS,
-    viewport: { width: 1400, height: 1000 },
-  });
+  browser = await launchBrowser();
+});
+
+// Each page holds an event stream, and Chromium opens at most six connections to one
+// server: close every page a test opened.
+afterEach(async () => {
+  for (const page of browser.pages()) await page.close();
 });
 
 after(async () => {
@@ -44,17 +33,8 @@ after(async () => {
   await server?.stop();
 });
 
-/** Opens the page with the token in the fragment and waits for the first plan. */
-async function open(on = server, with_token = token) {
-  const page = await browser.newPage();
-  const problems = [];
-  page.on('request', (request) => request.url().includes(with_token) && problems.push(`token in a URL: ${request.url()}`));
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => message.type() === 'error' && problems.push(`console: ${message.text()}`));
-  await page.goto(`${on.base}/preview#token=${with_token}`);
-  await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
-  return { page, problems };
-}
+/** Signs in to the console's Plan view and waits for the first plan. */
+const open = (on = server, with_token = token) => signIn(browser, on, with_token, '#plan');
 
 /** Types a document into the page and waits until the shown plan is for it. */
 async function edit(page, document) {
@@ -76,8 +56,8 @@ async function shown(page) {
 test('the browser plans byte for byte as the server, then applies through it', async () => {
   const { page, problems } = await open();
 
-  // The page never sends the token as a query parameter, and drops it from the URL.
-  assert.equal(new URL(page.url()).hash, '');
+  // The token is in no URL the page loads or shows.
+  assert.ok(!page.url().includes(token));
 
   // The exported document, unchanged, plans no calls, with the server's hash.
   const exported = (await server.ok(token, 'fleet/export', {})).document;
@@ -102,7 +82,7 @@ test('the browser plans byte for byte as the server, then applies through it', a
   assert.ok(view.lines.includes('+ pool gpu-b: create (class gpu, site lab, 8 gpus)'), view.lines.join('\n'));
   assert.ok(view.lines.some((line) => line.startsWith('~ pool gpu-a: update')), view.lines.join('\n'));
   assert.match(view.summary, /2 to create · .*2 to update|2 to create, 2 to update/);
-  await page.screenshot({ path: join(ARTIFACTS, 'preview-plan.png'), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, 'plan.png'), fullPage: true });
 
   // Prune changes the plan in the browser exactly as on the server.
   const planned = await page.evaluate(() => document.body.dataset.planned);
@@ -132,7 +112,7 @@ test('the browser plans byte for byte as the server, then applies through it', a
   assert.doesNotMatch(await page.locator('#outcome').textContent(), /"applied"/, 'the status in words, not JSON');
   // The page took a new snapshot: the same document now plans no calls.
   await page.locator('#summary', { hasText: 'no changes' }).waitFor();
-  await page.screenshot({ path: join(ARTIFACTS, 'preview-applied.png'), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, 'plan-applied.png'), fullPage: true });
   assert.deepEqual(problems, []);
 });
 
@@ -162,7 +142,7 @@ test('blocked changes and invalid documents show as the server reports them', as
   for (const problem of server_error.json.error.details.problems) {
     assert.ok(errors.includes(problem.path), `${problem.path} is shown: ${errors}`);
   }
-  await page.screenshot({ path: join(ARTIFACTS, 'preview-invalid.png'), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, 'plan-invalid.png'), fullPage: true });
 
   await edit(page, '{"pools": {');
   assert.match(await page.locator('#errors').textContent(), /not valid JSON/);
@@ -211,16 +191,16 @@ test('policies judge the browser plan as they judge the server plan, and a denia
   assert.match(verdicts, /! policy gpus-per-pool \(mandatory\): asks for 96 GPUs; a pool has at most 64/);
   assert.match(view.summary, /1 denied/);
   assert.equal(await page.locator('#apply').isDisabled(), true);
-  await page.screenshot({ path: join(ARTIFACTS, 'preview-policy.png'), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, 'plan-policy.png'), fullPage: true });
   assert.deepEqual(problems, []);
 });
 
 test('the page itself answers apply with UNSUPPORTED: the browser has no composite methods', async () => {
   const { page } = await open();
   const code = await page.evaluate(async () => {
-    const { loadPlanner } = await import('/preview/planner.js');
-    const component = await import('/preview/assets/fleet_planner.js');
-    const compile = (name) => WebAssembly.compileStreaming(fetch(`/preview/assets/${name}`));
+    const { loadPlanner } = await import('/console/planner.js');
+    const component = await import('/console/assets/fleet_planner.js');
+    const compile = (name) => WebAssembly.compileStreaming(fetch(`/console/assets/${name}`));
     const planner = await loadPlanner(component, compile, { caller: { tenant: 'acme', principal: 'alice' } });
     try {
       planner.apply('{"document": {}}');
@@ -237,10 +217,8 @@ test('plan time in the browser for the demo estate', async (t) => {
   try {
     const line = demo.banner.find((text) => text.includes('FLEET_TOKEN='));
     const demoToken = line.split('FLEET_TOKEN=')[1].trim();
-    const page = await browser.newPage();
     const opened = performance.now();
-    await page.goto(`${demo.base}/preview#token=${demoToken}`);
-    await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+    const { page } = await signIn(browser, demo, demoToken, '#plan');
     const loaded = performance.now() - opened;
     const times = await page.evaluate(() => {
       const area = document.querySelector('#document');
@@ -252,7 +230,7 @@ test('plan time in the browser for the demo estate', async (t) => {
       return samples.sort((a, b) => a - b);
     });
     const median = times[Math.floor(times.length / 2)];
-    t.diagnostic(`demo estate, page open to first plan (component fetched and compiled): ${loaded.toFixed(0)} ms`);
+    t.diagnostic(`demo estate, page open and sign-in to first plan (component fetched and compiled): ${loaded.toFixed(0)} ms`);
     t.diagnostic(`demo estate, plan in Chromium: median ${median.toFixed(2)} ms, max ${times.at(-1).toFixed(2)} ms over ${times.length} plans`);
     assert.ok(median < 250, `a plan of the demo estate takes ${median} ms`);
   } finally {
@@ -260,17 +238,24 @@ test('plan time in the browser for the demo estate', async (t) => {
   }
 });
 
-test('without built assets the server still runs and the page says how to build them', async () => {
-  const bare = await startServer(['--preview-dir', tempDir('fleet-no-assets-')]);
+test('without built assets the server still runs, the console too, and the Plan view says how to build them', async () => {
+  const empty = tempDir('fleet-no-assets-');
+  const bare = await startServer(['--console-dir', empty]);
   try {
+    assert.ok(bare.banner.some((line) => line.startsWith('console: not built') && line.includes(`CONSOLE_OUT=${empty}`) &&
+      line.includes('console/build.sh')), bare.banner.join('\n'));
     const bareToken = bare.tenantWithToken('acme');
-    const page = await browser.newPage();
-    await page.goto(`${bare.base}/preview#token=${bareToken}`);
-    const notice = page.locator('#notice');
-    await notice.waitFor();
-    assert.match(await notice.textContent(), /npm ci\s*npm run build/);
-    assert.equal(await page.locator('#workspace').isVisible(), false);
-    await page.screenshot({ path: join(ARTIFACTS, 'preview-not-built.png'), fullPage: true });
+    await bare.ok(bareToken, 'fleet/apply', { document: estate() });
+    const { page } = await signIn(browser, bare, bareToken);
+    await page.click('nav#views a[href="#plan"]');
+    const intent = page.locator('#plan-intent');
+    await intent.waitFor();
+    assert.match(await intent.textContent(), /not built for the browser.*console\/build\.sh/);
+    assert.equal(await page.locator('#plan-hash').textContent(), '—');
+    await page.screenshot({ path: join(ARTIFACTS, 'plan-not-built.png'), fullPage: true });
+    // The views that need no planner work.
+    await page.click('nav#views a[href="#estate"]');
+    await page.locator('#rows a', { hasText: 'eu-west' }).waitFor();
     const health = await fetch(`${bare.base}/healthz`);
     assert.equal(await health.text(), 'ok');
   } finally {
@@ -280,19 +265,22 @@ test('without built assets the server still runs and the page says how to build 
 
 test('assets: content types, no path traversal, no auth needed', async () => {
   const get = (path) => fetch(`${server.base}${path}`);
-  const page = await get('/preview');
+  const old = await fetch(`${server.base}/preview`, { redirect: 'manual' });
+  assert.equal(old.status, 308);
+  assert.equal(old.headers.get('location'), '/console');
+  const page = await get('/console');
   assert.equal(page.status, 200);
   assert.match(page.headers.get('content-type'), /^text\/html/);
   assert.match(page.headers.get('content-security-policy'), /script-src 'self' 'wasm-unsafe-eval'/);
-  assert.match((await get('/preview/assets/fleet_planner.js')).headers.get('content-type'), /^text\/javascript/);
-  assert.equal((await get('/preview/assets/fleet_planner.core.wasm')).headers.get('content-type'), 'application/wasm');
+  assert.match((await get('/console/assets/fleet_planner.js')).headers.get('content-type'), /^text\/javascript/);
+  assert.equal((await get('/console/assets/fleet_planner.core.wasm')).headers.get('content-type'), 'application/wasm');
   for (const path of [
-    '/preview/assets/..%2f..%2fCargo.toml',
-    '/preview/assets/%2e%2e/fleet.db',
-    '/preview/assets/../../../etc/passwd',
-    '/preview/assets/.hidden.js',
-    '/preview/assets/fleet_planner.d.ts',
-    '/preview/nope.js',
+    '/console/assets/..%2f..%2fCargo.toml',
+    '/console/assets/%2e%2e/fleet.db',
+    '/console/assets/../../../etc/passwd',
+    '/console/assets/.hidden.js',
+    '/console/assets/fleet_planner.d.ts',
+    '/console/nope.js',
   ]) {
     assert.equal((await get(path)).status, 404, path);
   }
@@ -347,15 +335,6 @@ test('YAML documents plan as their JSON twins; an empty value shows as ""', asyn
   assert.deepEqual(problems, []);
 });
 
-test('a #token= link pasted into an open page loads that tenant', async () => {
-  const { page, problems } = await open();
-  const other = server.tenantWithToken('globex', 'gina');
-  await page.evaluate((value) => { location.hash = `token=${value}`; }, other);
-  await page.locator('#who', { hasText: 'tenant globex' }).waitFor();
-  assert.equal(new URL(page.url()).hash, '', 'the token leaves the URL again');
-  assert.deepEqual(problems, []);
-});
-
 test('an apply refused with CONFIG_DRIFT says what moved', async () => {
   const { page, problems } = await open();
   const exported = (await server.ok(token, 'fleet/export', {})).document;
@@ -378,7 +357,7 @@ test('an apply refused with CONFIG_DRIFT says what moved', async () => {
 });
 
 test('a document with a plugin section plans in the browser to the server planHash', async () => {
-  // The plugin the workspace builds beside the binary, which preview/build.sh transpiled.
+  // The plugin the workspace builds beside the binary, which the build transpiled (console/build.sh).
   const plugin = join(dirname(FLEET_BIN), 'plugins', 'reservations.wasm');
   const withPlugin = await startServer(['--plugin', plugin]);
   try {
@@ -402,7 +381,7 @@ test('a document with a plugin section plans in the browser to the server planHa
     assert.equal(view.hash, planned.json.planHash, 'the browser ran the plugin check as the server did');
     assert.equal(view.json, planned.text, 'the browser plan is the server plan, byte for byte');
     assert.ok(view.lines.some((line) => line.startsWith('+ reservation ml-week: create (pool gpu-a')), view.lines.join('\n'));
-    await page.screenshot({ path: join(ARTIFACTS, 'preview-plugin-plan.png'), fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, 'plan-plugin.png'), fullPage: true });
     assert.deepEqual(problems, []);
   } finally {
     await withPlugin.stop();

@@ -1,66 +1,26 @@
-// The plan preview page: loads the tenant's snapshot once, plans every edit in the
-// browser with the planner component, and applies through the server.
+// The Plan view: a document typed, pasted or dropped, planned in the browser by the
+// planner component (with the tenant's plugins and policies, from the snapshot) on
+// every edit, and applied through the server on confirmation with the plan hash shown.
+// History's rollback plans a revision's document here too.
 
 import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
+import { $, element, kindTitle, plural, show } from './dom.js';
+import { ApiFailure, api, loadTenant, showNotice, tenant } from './app.js';
 
-const ASSETS = new URL('/preview/assets/', location.href);
-const API = '/api/compute/';
+const ASSETS = new URL('/console/assets/', location.href);
 
-/** A kind's heading from its camelCase name: `providerAccount` -> `Provider accounts`. */
-function kindTitle(kind) {
-  const words = kind.replace(/[A-Z]/g, (letter) => ` ${letter.toLowerCase()}`);
-  return `${words.charAt(0).toUpperCase()}${words.slice(1)}s`;
-}
-
-/** Members of a snapshot that are not sections of objects. */
-const NOT_SECTIONS = new Set(['caller', 'modules', 'bindings', 'plugins']);
-
-const $ = (id) => document.getElementById(id);
-
-/** What the page knows: the token (memory only), the loaded planner, the last plan. */
+/** The plan view's state: the planner over the current snapshot and the last plan. */
 const session = {
-  token: '',
   planner: null,
-  exported: '',
+  plugins: new Map(),
   plan: null,
   request: '',
   busy: false,
   /** js-yaml, loaded with the planner from the assets. */
   yaml: null,
+  /** Whether the editor holds the export as it was loaded (so a reload may replace it). */
+  pristine: true,
 };
-
-// ---- the server -------------------------------------------------------------------
-
-class ApiFailure extends Error {
-  constructor(status, body) {
-    const error = body?.error ?? {};
-    super(error.message ?? `HTTP ${status}`);
-    this.status = status;
-    this.code = error.code ?? `HTTP_${status}`;
-    this.details = error.details;
-  }
-}
-
-/** POSTs to `compute.<method>` (e.g. `fleet/export`) with the bearer token. */
-/** The state a planner reads, which export answers with for this `Accept` (SPEC §11). */
-const STATE_MEDIA_TYPE = 'application/vnd.fleet.state+json';
-
-async function api(method, body, accept = 'application/json') {
-  const response = await fetch(API + method, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': 'application/json', Accept: accept },
-    body: typeof body === 'string' ? body : JSON.stringify(body ?? {}),
-  });
-  const text = await response.text();
-  let value;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    value = { error: { message: text } };
-  }
-  if (!response.ok) throw new ApiFailure(response.status, value);
-  return value;
-}
 
 // ---- the planner ------------------------------------------------------------------
 
@@ -76,7 +36,7 @@ function getCoreModule(name) {
 }
 
 /**
- * A module plugin transpiled by `preview/build.sh` into `plugins/<digest>/`: its
+ * A module plugin transpiled by `console/build.sh` into `plugins/<digest>/`: its
  * component module and core modules, or an explanation of how to transpile it.
  */
 async function importPlugin(digest) {
@@ -84,16 +44,16 @@ async function importPlugin(digest) {
   const url = new URL('plugin.js', base);
   const probe = await fetch(url, { method: 'GET', cache: 'no-cache' });
   if (!probe.ok) {
-    const message = `a module plugin of this server (sha256 ${digest}) is not transpiled for the preview: ` +
-      'run preview/build.sh with the plugin file';
+    const message = `a module plugin of this server (sha256 ${digest}) is not transpiled for the console: ` +
+      'run console/build.sh with the plugin file';
     throw Object.assign(new Error(message), { missingAssets: true });
   }
   const cores = new Map();
-  const getCoreModule = (name) => {
+  const getPluginCore = (name) => {
     if (!cores.has(name)) cores.set(name, WebAssembly.compileStreaming(fetch(new URL(name, base))));
     return cores.get(name);
   };
-  return [await import(url.href), getCoreModule];
+  return [await import(url.href), getPluginCore];
 }
 
 /** Imports the transpiled component, or explains how to build it. */
@@ -109,29 +69,48 @@ async function importComponent() {
   return componentModule;
 }
 
-/** Loads (or reloads, after an apply) the snapshot and a planner instance over it. */
-async function loadTenant() {
-  const [component, snapshot, exported] = await Promise.all([
-    importComponent(),
-    api('fleet/export', {}, STATE_MEDIA_TYPE),
-    api('fleet/export', {}),
-  ]);
-  session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
-  session.plugins = await loadPlugins(snapshot, importPlugin);
-  session.planner = await loadPlanner(component, getCoreModule, snapshot, session.plugins);
-  session.snapshot = snapshot;
-  session.exported = JSON.stringify(exported.document, null, 2);
-  const objects = Object.entries(snapshot)
-    .filter(([name, value]) => !NOT_SECTIONS.has(name) && Array.isArray(value))
-    .reduce((sum, [, value]) => sum + value.length, 0);
-  $('who').textContent = `tenant ${snapshot.caller.tenant} · principal ${snapshot.caller.principal} · ` +
-    `${objects} objects in the snapshot`;
-  const missing = exported.missing ?? [];
+/** A planner instance over the tenant's snapshot, with its plugins. */
+async function newPlanner() {
+  const component = await importComponent();
+  session.plugins = await loadPlugins(tenant.snapshot, importPlugin);
+  return loadPlanner(component, getCoreModule, tenant.snapshot, session.plugins);
+}
+
+/**
+ * After every (re)load of the tenant: a planner over the new snapshot, and the editor
+ * reset to the export unless it holds an edit. Without the transpiled planner the
+ * rest of the console works; the plan view says what to build.
+ */
+export async function showTenantInPlan() {
+  const missing = tenant.missing;
   $('missing').hidden = missing.length === 0;
   $('missing').textContent = missing.length
     ? `This deployment does not run the modules of: ${missing.join(', ')}. Objects there are blocked.`
     : '';
+  try {
+    session.planner = await newPlanner();
+    session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
+    $('plan-intent').hidden = true;
+  } catch (error) {
+    session.planner = null;
+    if (!error.missingAssets) throw error;
+    showNotPlannable(error.message);
+  }
+  if (session.pristine) $('document').value = exportedText();
+  replan();
 }
+
+function showNotPlannable(message) {
+  const box = $('plan-intent');
+  box.hidden = false;
+  box.replaceChildren(
+    element('strong', {}, 'The planner is not built for the browser. '),
+    message,
+    '. Everything else in the console works without it.',
+  );
+}
+
+const exportedText = () => JSON.stringify(tenant.document, null, 2);
 
 /**
  * The request both planners see, as one text: the page plans and applies these bytes.
@@ -191,28 +170,13 @@ function planOnce() {
     if (!(error instanceof PlannerError)) throw error;
     if (error.code === 'INTERNAL') {
       // A trapped instance is not used again; plan the next edit on a fresh one.
-      loadPlugins(session.snapshot, importPlugin)
-        .then((plugins) => loadPlanner(componentModule, getCoreModule, session.snapshot, (session.plugins = plugins)))
-        .then((planner) => (session.planner = planner));
+      newPlanner().then((planner) => (session.planner = planner));
     }
     showPlanError(error);
   }
 }
 
 // ---- rendering --------------------------------------------------------------------
-
-function element(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (name === 'class') node.className = value;
-    else node.setAttribute(name, value);
-  }
-  for (const child of children) node.append(child);
-  return node;
-}
-
-/** A field value for people: an empty string shows as `""`, not as nothing. */
-const show = (value) => (typeof value === 'string' && value !== '' ? value : JSON.stringify(value));
 
 const NOUNS = {
   site: 'site', providerAccount: 'provider account', pool: 'pool', ownerQuota: 'owner quota', offer: 'offer',
@@ -248,38 +212,11 @@ function renderPlan(plan, text) {
   $('left-alone').textContent = leftAlone.join(' ');
   if (plan.summary.blocked) parts.push(`${plan.summary.blocked} blocked`);
   if (plan.summary.denied) parts.push(`${plan.summary.denied} denied`);
-  if (plan.summary.warnings) parts.push(`${plan.summary.warnings} ${plan.summary.warnings === 1 ? 'warning' : 'warnings'}`);
-  parts.push(`${calls} ${calls === 1 ? 'call' : 'calls'}`);
+  if (plan.summary.warnings) parts.push(plural(plan.summary.warnings, 'warning'));
+  parts.push(plural(calls, 'call'));
   $('summary').textContent = parts.join(' · ');
   $('summary').className = `summary${calls === 0 && plan.blocked.length === 0 ? ' none' : ''}`;
-
-  const changes = $('changes');
-  changes.replaceChildren();
-  // The kinds in dependency order, as the snapshot names the modules that run; then any
-  // other kind a change names (a module that does not run).
-  const kinds = [...new Set([...(session.snapshot.modules ?? []), ...plan.changes.map((change) => change.kind)])];
-  for (const kind of kinds) {
-    const ofKind = plan.changes.filter((change) => change.kind === kind);
-    if (ofKind.length === 0) continue;
-    changes.append(element('div', { class: 'kind' }, kindTitle(kind)));
-    for (const change of ofKind) {
-      const sign = change.text.charAt(0);
-      const row = element('div', { class: `change ${sign === '!' ? 'blocked' : change.action}` },
-        element('div', { class: 'text' }, change.text));
-      if (change.fields?.length && sign !== '+') {
-        const fields = element('ul', { class: 'fields' });
-        for (const field of change.fields) {
-          fields.append(element('li', {},
-            `${field.field}: `,
-            element('span', { class: 'from' }, show(field.from)),
-            element('span', { class: 'arrow' }, ' → '),
-            element('span', { class: 'to' }, show(field.to))));
-        }
-        row.append(fields);
-      }
-      changes.append(row);
-    }
-  }
+  $('changes').replaceChildren(...changeRows(plan.changes, tenant.snapshot.modules ?? []));
 
   const blocked = $('blocked');
   blocked.hidden = plan.blocked.length === 0;
@@ -289,7 +226,7 @@ function renderPlan(plan, text) {
     for (const reason of plan.blocked) {
       list.append(element('li', {}, element('code', {}, `${reason.kind} ${reason.key}`), ` (${reason.field}): ${reason.reason}`));
     }
-    blocked.append(element('h3', {}, 'Blocked: apply is refused until these are resolved'), list);
+    blocked.append(element('h4', {}, 'Blocked: apply is refused until these are resolved'), list);
   }
 
   renderVerdicts(plan.policy);
@@ -301,7 +238,35 @@ function renderPlan(plan, text) {
     ? 'the plan has blocked changes'
     : denied
       ? 'policies deny the plan; a mandatory one can be overridden with fleet apply --override'
-      : `apply ${calls} calls with this plan hash`;
+      : `apply ${plural(calls, 'call')} with this plan hash`;
+}
+
+/**
+ * A plan's (or a difference's) change lines by kind, in `order` and then any other kind
+ * they name: `{kind, action, text, fields?: [{field, from, to}]}` each.
+ */
+export function changeRows(changes, order) {
+  const rows = [];
+  const kinds = [...new Set([...order, ...changes.map((change) => change.kind)])];
+  for (const kind of kinds) {
+    const ofKind = changes.filter((change) => change.kind === kind);
+    if (ofKind.length === 0) continue;
+    rows.push(element('div', { class: 'kind' }, kindTitle(kind)));
+    for (const change of ofKind) {
+      const sign = change.text.charAt(0);
+      const row = element('div', { class: `change ${sign === '!' ? 'blocked' : change.action}` },
+        element('div', { class: 'text' }, change.text));
+      if (change.fields?.length && sign !== '+') {
+        row.append(element('ul', { class: 'fields' }, change.fields.map((field) => element('li', {},
+          `${field.field}: `,
+          element('span', { class: 'from' }, show(field.from)),
+          element('span', { class: 'arrow' }, ' → '),
+          element('span', { class: 'to' }, show(field.to))))));
+      }
+      rows.push(row);
+    }
+  }
+  return rows;
 }
 
 /**
@@ -325,24 +290,21 @@ function renderVerdicts(policy) {
       object ? element('span', { class: 'object' }, ` (${object})`) : ''));
   }
   const heading = denials
-    ? `Denied by policy: apply is refused (${denials} ${denials === 1 ? 'denial' : 'denials'})`
+    ? `Denied by policy: apply is refused (${plural(denials, 'denial')})`
     : 'Policy warnings';
   box.className = `verdicts${denials ? ' denied' : ''}`;
-  box.append(element('h3', {}, heading), list);
+  box.append(element('h4', {}, heading), list);
 }
 
 function showPlanError(error) {
   session.plan = null;
   const box = $('errors');
   box.hidden = false;
-  box.replaceChildren(element('h3', {}, `${error.code}: ${error.message}`));
+  box.replaceChildren(element('h4', {}, `${error.code}: ${error.message}`));
   const problems = error.details?.problems ?? [];
   if (problems.length) {
-    const list = element('ul');
-    for (const problem of problems) {
-      list.append(element('li', {}, element('code', {}, problem.path || '/'), ` ${problem.message}`));
-    }
-    box.append(list);
+    box.append(element('ul', {}, problems.map((problem) =>
+      element('li', {}, element('code', {}, problem.path || '/'), ` ${problem.message}`))));
   }
   $('summary').textContent = '';
   $('changes').replaceChildren();
@@ -363,41 +325,20 @@ function showOutcome(ok, title, detail) {
   if (detail !== undefined) box.append(element('pre', {}, typeof detail === 'string' ? detail : JSON.stringify(detail, null, 2)));
 }
 
-/** Shows `nodes` in the notice box above the workspace; none hides it. */
-function showNotice(...nodes) {
-  $('notice').hidden = nodes.length === 0;
-  $('notice').replaceChildren(...nodes);
-}
-
 // ---- actions ----------------------------------------------------------------------
 
-async function connect(token) {
-  session.token = token.trim();
-  showNotice();
-  $('who').textContent = 'loading…';
-  try {
-    await loadTenant();
-  } catch (error) {
-    $('who').textContent = '';
-    $('workspace').hidden = true;
-    if (error.missingAssets) {
-      showNotice(
-        element('strong', {}, 'The planner is not built for the browser yet. '),
-        'The server has no transpiled planner component to send. Building it needs Node.js 20+ ',
-        'and npm; in a checkout of fleet, run',
-        element('pre', {}, 'cd preview\nnpm ci\nnpm run build'),
-        'and reload this page, or start the server with ',
-        element('code', {}, '--preview-dir'),
-        ' pointing at a built copy. Everything else in fleet works without it.',
-      );
-    } else {
-      showNotice(element('strong', {}, `${error.code ?? 'ERROR'}: `), error.message);
-    }
-    return;
-  }
-  $('workspace').hidden = false;
-  $('document').value = session.exported;
+/**
+ * Puts `text` in the editor and plans it, with `intent` said above it (a rollback,
+ * a dropped file): the way other views hand a document to this one.
+ */
+export function planDocument(text, prune, intent) {
+  $('document').value = text;
+  $('prune').checked = prune;
   $('outcome').hidden = true;
+  session.pristine = false;
+  const box = $('plan-intent');
+  box.hidden = !intent;
+  box.replaceChildren(intent ?? '');
   replan();
 }
 
@@ -406,7 +347,7 @@ function confirmApply(plan) {
   const { create, update, restore, delete: deletes, archive, rename } = plan.summary;
   const calls = plan.calls.length;
   const renames = rename ? `, ${rename} to rename` : '';
-  const lines = [`Apply ${calls} ${calls === 1 ? 'call' : 'calls'} to the tenant?`,
+  const lines = [`Apply ${plural(calls, 'call')} to the tenant?`,
     `${create} to create, ${update} to update, ${restore} to restore${renames}.`];
   if (deletes + archive > 0) {
     lines.unshift(`⚠ THIS DELETES ${deletes} AND ARCHIVES ${archive} ${deletes + archive === 1 ? 'OBJECT' : 'OBJECTS'}.`);
@@ -417,9 +358,9 @@ function confirmApply(plan) {
 /** The status after an apply, in words. */
 function describeStatus(status) {
   if (!status.applied) return 'No document is applied.';
-  const { planHash, appliedBy, appliedAt } = status.applied;
-  const drift = status.drift ? `Drifted (${status.drift.changes.length} changes) at the check of ${status.checkedAt}.` : 'In sync.';
-  return `Applied ${planHash} by ${appliedBy} at ${appliedAt}. ${drift}`;
+  const { revision, planHash, appliedBy, appliedAt } = status.applied;
+  const drift = status.drift ? `Drifted (${plural(status.drift.changes.length, 'change')}) at the check of ${status.checkedAt}.` : 'In sync.';
+  return `Revision ${revision}: ${planHash} by ${appliedBy} at ${appliedAt}. ${drift}`;
 }
 
 /** What moved between the plan the page applied and the plan for the estate now. */
@@ -438,6 +379,15 @@ function whatMoved(before, now) {
   return lines.length ? lines.join('\n') : 'the same changes, against an estate whose other values moved';
 }
 
+/** Plans the same editor text against a new snapshot (after an apply, here or elsewhere). */
+async function reloadKeepingEdit() {
+  const edited = $('document').value;
+  const pristine = session.pristine;
+  await loadTenant();
+  if (!pristine) $('document').value = edited;
+  replan();
+}
+
 async function apply() {
   if (!session.plan || session.busy) return;
   if (session.plan.calls.length > 0 && !confirmApply(session.plan)) return;
@@ -449,25 +399,21 @@ async function apply() {
   try {
     const applied = await api('fleet/apply', JSON.stringify(request));
     const status = await api('fleet/status', {});
-    const calls = `${applied.applied} ${applied.applied === 1 ? 'call' : 'calls'}`;
-    showOutcome(true, `Applied ${calls}.`, describeStatus(status));
+    showOutcome(true, `Applied ${plural(applied.applied, 'call')}.`, describeStatus(status));
     // The state changed: plan the same document against a new snapshot.
-    const edited = $('document').value;
-    await loadTenant();
-    $('document').value = edited;
+    await reloadKeepingEdit();
   } catch (error) {
     if (error.code === 'CONFIG_DRIFT') {
       // Someone else changed the tenant: take a new snapshot, plan again, and say what moved.
-      const edited = $('document').value;
-      await loadTenant().catch(() => {});
-      $('document').value = edited;
-      replan();
+      await reloadKeepingEdit().catch(() => {});
       const now = session.plan;
       showOutcome(false, 'Not applied: the estate changed since this plan was made. The plan above is new; review it and apply again.',
         now ? whatMoved(applying, now) : undefined);
-    } else {
+    } else if (error instanceof ApiFailure) {
       const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
-      showOutcome(false, `${error.code}: ${error.message}`, detail);
+      showOutcome(false, error.explained, detail);
+    } else {
+      showNotice(String(error.message ?? error));
     }
   } finally {
     session.busy = false;
@@ -475,35 +421,35 @@ async function apply() {
   }
 }
 
-/** Takes a token from the URL fragment (#token=...), which is never sent to a server. */
-function tokenFromFragment() {
-  const token = new URLSearchParams(location.hash.slice(1)).get('token');
-  if (token) {
-    history.replaceState(null, '', location.pathname);
-    $('token').value = token;
-  }
-  return token;
+/** Reads a dropped or chosen file into the editor. */
+async function openFile(file) {
+  if (!file) return;
+  planDocument(await file.text(), $('prune').checked, `Planning ${file.name}.`);
 }
 
-function init() {
-  const fromFragment = tokenFromFragment();
-  // A #token= link pasted into an open tab changes only the fragment.
-  window.addEventListener('hashchange', () => {
-    const token = tokenFromFragment();
-    if (token) connect(token);
+/** Wires the view's controls once; `showTenantInPlan` loads a planner per snapshot. */
+export function mountPlan() {
+  $('document').addEventListener('input', () => {
+    session.pristine = false;
+    replan();
   });
-  $('connect').addEventListener('submit', (event) => {
-    event.preventDefault();
-    connect($('token').value);
-  });
-  $('document').addEventListener('input', replan);
   $('prune').addEventListener('change', replan);
   $('apply').addEventListener('click', apply);
   $('reset').addEventListener('click', () => {
-    $('document').value = session.exported;
-    replan();
+    session.pristine = true;
+    planDocument(exportedText(), false);
+    session.pristine = true;
   });
-  if (fromFragment) connect(fromFragment);
+  $('file').addEventListener('change', () => openFile($('file').files[0]));
+  const editor = $('document');
+  editor.addEventListener('dragover', (event) => {
+    event.preventDefault();
+    editor.classList.add('dropping');
+  });
+  editor.addEventListener('dragleave', () => editor.classList.remove('dropping'));
+  editor.addEventListener('drop', (event) => {
+    event.preventDefault();
+    editor.classList.remove('dropping');
+    openFile(event.dataTransfer.files[0]);
+  });
 }
-
-init();

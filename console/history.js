@@ -1,0 +1,143 @@
+// The History view (SPEC §15): the tenant's revisions, newest first, the difference
+// between any two (as `fleet diff` words it), and rollback: a revision's document planned
+// in the Plan view, applied there on confirmation like any other plan.
+
+import { $, element, plural, shortHash, show, when } from './dom.js';
+import { ApiFailure, api, tenant } from './app.js';
+import { changeRows, planDocument } from './plan.js';
+
+/** Revisions read per page. */
+const PAGE = 50;
+
+/** The revisions listed so far, newest first. */
+const listed = [];
+
+/** Renders the newest page of revisions (again: an apply may have added one). */
+export async function renderHistory() {
+  listed.length = 0;
+  $('difference').replaceChildren();
+  await more();
+}
+
+/** Reads the page of revisions older than those listed. */
+async function more() {
+  const after = listed.at(-1)?.revision;
+  let page;
+  try {
+    page = await api('fleet/history', after ? { after, limit: PAGE } : { limit: PAGE });
+  } catch (error) {
+    $('revisions').replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+    return;
+  }
+  listed.push(...page.revisions);
+  $('older').hidden = page.revisions.length < PAGE || listed.at(-1)?.revision === 1;
+  const current = tenant.status?.applied?.revision;
+  const rows = listed.map((revision) => {
+    const rollback = element('button', { type: 'button', class: 'quiet', 'data-revision': revision.revision },
+      `Roll back to ${revision.revision}`);
+    rollback.disabled = revision.revision === current;
+    rollback.addEventListener('click', () => rollBack(revision.revision));
+    return element('tr', { class: revision.revision === current ? 'current' : undefined },
+      element('th', { scope: 'row' }, String(revision.revision), revision.revision === current ? ' (applied)' : ''),
+      element('td', {}, when(revision.appliedAt)),
+      element('td', {}, revision.appliedBy),
+      element('td', {}, String(revision.calls)),
+      element('td', {}, revision.prune ? 'yes' : 'no'),
+      element('td', {}, element('code', { title: revision.planHash }, shortHash(revision.planHash))),
+      element('td', {}, rollback));
+  });
+  $('revisions').replaceChildren(listed.length
+    ? element('table', { class: 'grid', id: 'revision-table' },
+      element('caption', {}, 'Revisions, newest first'),
+      element('thead', {}, element('tr', {}, ['Revision', 'Applied at', 'By', 'Calls', 'Prune', 'Plan hash', 'Rollback']
+        .map((header) => element('th', { scope: 'col' }, header)))),
+      element('tbody', {}, rows))
+    : element('p', { class: 'muted' }, 'No revisions: nothing was applied yet.'));
+  const options = () => listed.map(({ revision }) => element('option', { value: revision }, String(revision)));
+  $('from').replaceChildren(...options());
+  $('to').replaceChildren(...options());
+  if (listed.length > 1) $('from').value = String(listed[1].revision);
+}
+
+/** Plans revision `number`'s document (with its prune flag) in the Plan view. */
+async function rollBack(number) {
+  try {
+    const revision = await api('fleet/revision', { revision: number });
+    location.hash = '#plan';
+    planDocument(JSON.stringify(revision.document, null, 2), revision.prune === true,
+      `Rolling back to revision ${number} (applied ${when(revision.appliedAt)} by ${revision.appliedBy}): ` +
+      'this is the plan that takes the estate back. Apply asks before it changes anything.');
+  } catch (error) {
+    $('difference').replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+  }
+}
+
+/** The kinds that archive what a pruning apply removes; plugins say it in their descriptors. */
+function archives(kind) {
+  if (kind === 'pool') return true;
+  return (tenant.snapshot.plugins ?? []).some(({ descriptor }) => descriptor.kind === kind && descriptor.removal === 'archive');
+}
+
+/**
+ * The changes from one document to another, as `fleet diff` lists them:
+ * `{action, kind, key, fields?, text}` by section and key in the documents' order.
+ */
+export function differences(old, now, prune) {
+  const kindOf = new Map(tenant.kinds.map(({ kind, section }) => [section, kind]));
+  const sections = [...Object.keys(now), ...Object.keys(old).filter((section) => !(section in now))];
+  const changes = [];
+  for (const section of sections) {
+    const kind = kindOf.get(section) ?? section;
+    const before = old[section] ?? {};
+    const after = now[section] ?? {};
+    for (const [key, fields] of Object.entries(after)) {
+      const was = before[key];
+      if (!was) {
+        const listed = Object.entries(fields).map(([field, value]) => `${field} ${show(value)}`);
+        changes.push({ action: 'create', kind, key, text: `+ ${kind} ${key}: create (${listed.join(', ')})` });
+        continue;
+      }
+      const names = [...Object.keys(was), ...Object.keys(fields).filter((field) => !(field in was))];
+      const moved = names
+        .map((field) => ({ field, from: was[field] ?? null, to: fields[field] ?? null }))
+        .filter(({ from, to }) => JSON.stringify(from) !== JSON.stringify(to));
+      if (moved.length === 0) continue;
+      const worded = moved.map(({ field, from, to }) => `${field} ${show(from)} -> ${show(to)}`);
+      changes.push({ action: 'update', kind, key, fields: moved, text: `~ ${kind} ${key}: update (${worded.join(', ')})` });
+    }
+    const removal = prune ? (archives(kind) ? 'archive' : 'delete') : 'left alone';
+    for (const key of Object.keys(before).filter((key) => !(key in after))) {
+      changes.push({ action: 'remove', kind, key, text: `- ${kind} ${key}: ${removal} (not in the document)` });
+    }
+  }
+  return changes;
+}
+
+async function compare(event) {
+  event.preventDefault();
+  const [from, to] = [Number($('from').value), Number($('to').value)];
+  const box = $('difference');
+  try {
+    const [old, now] = await Promise.all([from, to].map((revision) => api('fleet/revision', { revision })));
+    const changes = differences(old.document, now.document, now.prune === true);
+    const nodes = [];
+    if (old.prune !== now.prune) nodes.push(element('p', {}, `Prune: ${old.prune ? 'on' : 'off'} → ${now.prune ? 'on' : 'off'}`));
+    if (!changes.length && old.prune === now.prune) {
+      nodes.push(element('p', { class: 'summary none' }, `No differences: revisions ${from} and ${to} apply the same document.`));
+    } else {
+      const count = (action) => changes.filter((change) => change.action === action).length;
+      nodes.push(element('p', { class: 'summary' }, `From revision ${from} to ${to}: ${count('create')} created, ` +
+        `${count('update')} updated, ${plural(count('remove'), 'object')} no longer in the document.`));
+      nodes.push(element('div', { class: 'changes' }, changeRows(changes, tenant.snapshot.modules ?? [])));
+    }
+    box.replaceChildren(...nodes);
+  } catch (error) {
+    box.replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+  }
+}
+
+/** Wires the view's controls once. */
+export function mountHistory() {
+  $('older').addEventListener('click', more);
+  $('compare').addEventListener('submit', compare);
+}
