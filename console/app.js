@@ -47,15 +47,21 @@ export const tenant = {
   status: null,
   /** Sections in the snapshot's kind order: `[{kind, section}]`. */
   kinds: [],
+  /** When (the server's clock, ms, to the second) the export was read. */
+  readAt: 0,
 };
 
-/** POSTs to `compute.<method>` (e.g. `fleet/export`) with the session's token. */
-export async function api(method, body, accept = 'application/json') {
+/**
+ * POSTs to `compute.<method>` (e.g. `fleet/export`) with the session's token; `answer`,
+ * when given, receives the server's `Date` of the answer (`answer.at`, in ms).
+ */
+export async function api(method, body, accept = 'application/json', answer = {}) {
   const response = await fetch(API + method, {
     method: 'POST',
     headers: { Authorization: `Bearer ${tenant.token}`, 'Content-Type': 'application/json', Accept: accept },
     body: typeof body === 'string' ? body : JSON.stringify(body ?? {}),
   });
+  answer.at = Date.parse(response.headers.get('date') ?? '');
   const text = await response.text();
   let value;
   try {
@@ -75,13 +81,15 @@ const BUILT_IN_SECTIONS = {
 
 /** Loads (or reloads, after an apply) the export, the snapshot and the status. */
 export async function loadTenant() {
+  const read = {};
   const [exported, snapshot, status] = await Promise.all([
-    api('fleet/export', {}),
+    api('fleet/export', {}, 'application/json', read),
     api('fleet/export', {}, STATE_MEDIA_TYPE),
     api('fleet/status', {}),
   ]);
   const plugins = new Map((snapshot.plugins ?? []).map(({ descriptor }) => [descriptor.kind, descriptor.section]));
   tenant.document = exported.document;
+  tenant.readAt = read.at || 0;
   tenant.missing = exported.missing ?? [];
   tenant.snapshot = snapshot;
   tenant.status = status;
@@ -128,7 +136,7 @@ function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
   stream?.abort();
   stream = null;
-  Object.assign(tenant, { token: '', document: null, snapshot: null, status: null, kinds: [], missing: [] });
+  Object.assign(tenant, { token: '', document: null, snapshot: null, status: null, kinds: [], missing: [], readAt: 0 });
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
   $('views').hidden = true;
   $('signed-in').hidden = true;
@@ -199,15 +207,17 @@ function listen() {
   let refreshing = null;
   const hidden = () => document.visibilityState === 'hidden';
   document.addEventListener('visibilitychange', () => hidden() && connection?.abort(), { signal: signedIn.signal });
+  // An event means the estate or its status moved (a drift, an apply, a heal): read the
+  // tenant again and draw the view on screen from it.
   const refresh = () => {
     refreshing ??= setTimeout(async () => {
       refreshing = null;
       try {
-        tenant.status = await api('fleet/status', {});
-        if (document.body.dataset.view === 'status') renderStatus(tenant.status, recent);
-        document.body.dataset.statusAt = tenant.status.checkedAt ?? '';
+        await loadTenant();
+        if (document.body.dataset.view !== 'plan') route();
+        document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed ?? 0) + 1);
       } catch (error) {
-        $('live').textContent = error instanceof ApiFailure ? error.explained : 'the status could not be read';
+        $('live').textContent = error instanceof ApiFailure ? error.explained : 'the tenant could not be read again';
       }
     }, 150);
   };
@@ -219,7 +229,9 @@ function listen() {
     recent.unshift(event);
     recent.length = Math.min(recent.length, RECENT);
     showEvents(recent);
-    refresh();
+    // What happened before the second the tenant was read is in what the page shows
+    // (the stream's first frames replay the tenant's events).
+    if (!(Date.parse(event.at) < tenant.readAt)) refresh();
   };
   const follow = async () => {
     while (!signedIn.signal.aborted) {

@@ -62,9 +62,10 @@ export function renderEstate(kind) {
     }, `${kindTitle(each)} `, element('span', { class: 'count' }, String(count)));
   }));
   if (!chosen) return;
+  if (view.kind !== chosen.kind) view.sort = { column: 'name', descending: false };
   if (view.kind !== chosen.kind || view.document !== tenant.document) {
+    // A new kind, or the tenant read again (after an event): the sort and the filter stay.
     Object.assign(view, objectsOf(chosen.section), { kind: chosen.kind, document: tenant.document });
-    view.sort = { column: 'name', descending: false };
   }
   $('estate-count').textContent = `${kindTitle(chosen.kind)}: ${plural(view.all.length, 'object')}`;
   arrange();

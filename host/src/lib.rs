@@ -1,7 +1,7 @@
 //! The fleet host: HTTP API, SQLite state, the method registry, and the sandbox that
 //! runs the planner component. The layers, each using only those below it:
 //!
-//! - `http`: the transport (hyper), connection limits, the preview page, `/metrics`;
+//! - `http`: the transport (hyper), connection limits, the console page, `/metrics`;
 //! - `calls`: the method registry, authentication and authorization, request bodies,
 //!   and running a method in its transaction;
 //! - `fleet` (export, plan, apply, status, bindings, drift, events) and `modules` (the

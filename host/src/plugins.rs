@@ -64,7 +64,7 @@ pub struct Plugin {
     /// The file it was loaded from.
     pub path: PathBuf,
     pub kind: &'static Descriptor,
-    /// The hex SHA-256 of the file: the name of its transpiled copy in the preview.
+    /// The hex SHA-256 of the file: the name of its transpiled copy for the console.
     pub digest: String,
     pre: ModulePluginPre<Limits>,
     budget: Budget,

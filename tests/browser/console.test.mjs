@@ -171,6 +171,8 @@ test('the status is live: a change through the API shows as drift, an apply as c
   // Its object view shows the applied and actual values.
   await page.evaluate(() => { location.hash = '#object/pool/gpu-a'; });
   await page.locator('#object-drift', { hasText: 'gpus6470' }).waitFor();
+  // The estate was read again on the event: the fields are the actual ones.
+  assert.match(await page.locator('#object-fields').textContent(), /gpus70/);
   await go(page, 'status');
 
   const document = (await server.ok(token, 'fleet/revision', { revision: 1 })).document;

@@ -73,7 +73,7 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
     // preview, plan from.
     registry.register(
         Method::planner("preview", "snapshot", MethodKind::Read, Arc::new(snapshot))
-            .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the browser preview.")
+            .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the console in the browser.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false}),
                 json!({"type": "object", "required": ["caller", "modules", "bindings", "plugins"], "properties": {
@@ -249,7 +249,7 @@ pub fn answers_state(method: &str) -> bool {
 
 /// The state a planner reads, in one answer: the caller, the modules run, every table
 /// and the name bindings, in the JSON form of `fleet_guest::state`. Another host of the
-/// planner (the browser preview, the edge) plans from it with no further round trip.
+/// planner (the console, the edge) plans from it with no further round trip.
 pub fn state(app: &App, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
     let snapshot = db::transaction(db, db::Tx::Read, |db| app.state.snapshot(db, caller))?;
     let mut state = snapshot.to_json(&app.modules.catalog);

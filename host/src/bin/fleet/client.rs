@@ -412,7 +412,7 @@ fn verdict_line(verdict: &Value) -> String {
     )
 }
 
-/// The heading of a kind's changes, as the browser preview has it: `Provider accounts`.
+/// The heading of a kind's changes, as the console has it: `Provider accounts`.
 pub fn kind_heading(kind: &str) -> String {
     let noun = kind_noun(kind);
     let mut letters = noun.chars();
