@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::api::ApiError;
 use crate::app::App;
 use crate::calls::auth::Caller;
-use crate::calls::input::{Input, Page};
+use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::parse_body;
 use crate::calls::registry::{Method, MethodKind, Registry};
 use crate::db::{self, Conn};
@@ -20,7 +20,7 @@ pub fn register(registry: &mut Registry) {
     let mut paging = Page::schema_properties();
     paging.insert(
         "after".into(),
-        json!({"type": "integer", "minimum": 1, "description": "List the revisions older than this one."}),
+        json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT, "description": "List the revisions older than this one."}),
     );
     registry.register(
         Method::planner("fleet", "history", MethodKind::Read, Arc::new(history))
@@ -38,7 +38,7 @@ pub fn register(registry: &mut Registry) {
             .summary("One revision: what history lists of it, the overrides of its apply, and the document exactly as applied.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "required": ["revision"], "properties": {
-                    "revision": {"type": "integer", "minimum": 1}}}),
+                    "revision": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}}}),
                 revision_schema(true),
             ),
     );
