@@ -2,8 +2,8 @@
 // session's token, the tenant's export and snapshot, and the live event stream. Each
 // view is its own module; the planner runs in the browser (planner.js, plan.js).
 
-import { $, element } from './dom.js';
-import { mountPlan, showTenantInPlan } from './plan.js';
+import { $, element, own } from './dom.js';
+import { forgetPlan, mountPlan, showTenantInPlan } from './plan.js';
 import { renderStatus, showEvents } from './status.js';
 import { mountEstate, renderEstate, renderObject } from './estate.js';
 import { mountHistory, renderHistory } from './history.js';
@@ -36,9 +36,17 @@ export class ApiFailure extends Error {
   }
 }
 
+/**
+ * An answer that arrived for a session that has ended (signed out, or signed in again):
+ * what it holds is dropped, never shown.
+ */
+export class SignedOut extends Error {}
+
 /** What the page knows about the signed-in tenant; views read it, `loadTenant` fills it. */
 export const tenant = {
   token: '',
+  /** Counts sign-ins and sign-outs: an answer is for the session it was asked in. */
+  session: 0,
   /** The export's document (names, no ids), its `missing` kinds, and the planner's snapshot. */
   document: null,
   missing: [],
@@ -56,6 +64,7 @@ export const tenant = {
  * when given, receives the server's `Date` of the answer (`answer.at`, in ms).
  */
 export async function api(method, body, accept = 'application/json', answer = {}) {
+  const session = tenant.session;
   const response = await fetch(API + method, {
     method: 'POST',
     headers: { Authorization: `Bearer ${tenant.token}`, 'Content-Type': 'application/json', Accept: accept },
@@ -63,6 +72,7 @@ export async function api(method, body, accept = 'application/json', answer = {}
   });
   answer.at = Date.parse(response.headers.get('date') ?? '');
   const text = await response.text();
+  if (tenant.session !== session) throw new SignedOut(`${method} answered after the session ended`);
   let value;
   try {
     value = JSON.parse(text);
@@ -79,14 +89,22 @@ const BUILT_IN_SECTIONS = {
   flavor: 'flavors',
 };
 
-/** Loads (or reloads, after an apply) the export, the snapshot and the status. */
+/** Counts reads of the tenant: only the newest one is shown. */
+let reads = 0;
+
+/**
+ * Loads (or reloads, after an apply or an event) the export, the snapshot and the
+ * status. Returns false, changing nothing, when a newer read began meanwhile.
+ */
 export async function loadTenant() {
   const read = {};
+  const mine = ++reads;
   const [exported, snapshot, status] = await Promise.all([
     api('fleet/export', {}, 'application/json', read),
     api('fleet/export', {}, STATE_MEDIA_TYPE),
     api('fleet/status', {}),
   ]);
+  if (mine !== reads) return false;
   const plugins = new Map((snapshot.plugins ?? []).map(({ descriptor }) => [descriptor.kind, descriptor.section]));
   tenant.document = exported.document;
   tenant.readAt = read.at || 0;
@@ -94,12 +112,16 @@ export async function loadTenant() {
   tenant.snapshot = snapshot;
   tenant.status = status;
   tenant.kinds = (snapshot.modules ?? Object.keys(BUILT_IN_SECTIONS))
-    .map((kind) => ({ kind, section: BUILT_IN_SECTIONS[kind] ?? plugins.get(kind) }))
+    .map((kind) => ({ kind, section: own(BUILT_IN_SECTIONS, kind) ?? plugins.get(kind) }))
     .filter(({ section }) => section);
   const objects = tenant.kinds.reduce((sum, { section }) => sum + Object.keys(exported.document[section] ?? {}).length, 0);
   $('who').textContent = `tenant ${snapshot.caller.tenant} · ${snapshot.caller.principal} · ${objects} objects`;
   await showTenantInPlan();
+  return true;
 }
+
+/** An error for people, from any failure a view meets. */
+export const explain = (error) => (error instanceof ApiFailure ? error.explained : String(error?.message ?? error));
 
 /** Shows `nodes` in the notice box; none hides it. */
 export function showNotice(...nodes) {
@@ -110,17 +132,24 @@ export function showNotice(...nodes) {
 // ---- sign-in ----------------------------------------------------------------------
 
 async function signIn(token) {
+  stream?.abort();
   tenant.token = token.trim();
+  tenant.session += 1;
   showNotice();
   $('who').textContent = 'signing in…';
+  const submit = $('sign-in').querySelector('button');
+  submit.disabled = true;
   try {
     await loadTenant();
   } catch (error) {
+    if (error instanceof SignedOut) return;
     tenant.token = '';
     sessionStorage.removeItem(TOKEN_KEY);
     $('who').textContent = '';
-    showNotice(element('strong', {}, 'Not signed in. '), error instanceof ApiFailure ? error.explained : String(error.message ?? error));
+    showNotice(element('strong', {}, 'Not signed in. '), explain(error));
     return;
+  } finally {
+    submit.disabled = false;
   }
   sessionStorage.setItem(TOKEN_KEY, tenant.token);
   $('token').value = '';
@@ -134,14 +163,24 @@ async function signIn(token) {
 
 function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
+  tenant.session += 1;
   stream?.abort();
   stream = null;
   Object.assign(tenant, { token: '', document: null, snapshot: null, status: null, kinds: [], missing: [], readAt: 0 });
+  // Nothing of the tenant stays in the page for whoever signs in next.
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
+  for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to']) {
+    $(id).replaceChildren();
+  }
+  for (const id of ['who', 'live', 'estate-count', 'shown', 'object-title']) $(id).textContent = '';
+  $('filter').value = '';
+  forgetPlan();
   $('views').hidden = true;
   $('signed-in').hidden = true;
   $('sign-in').hidden = false;
   $('welcome').hidden = false;
+  delete document.body.dataset.view;
+  shownView = null;
   showNotice();
   history.replaceState(null, '', location.pathname);
   $('token').focus();
@@ -166,7 +205,7 @@ export function route() {
   if (!tenant.snapshot) return;
   const [name, ...rest] = currentRoute();
   const views = { status: 'status', estate: 'estate', object: 'object', plan: 'plan', history: 'history', capacity: 'capacity' };
-  const view = views[name] ?? 'status';
+  const view = own(views, name) ?? 'status';
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== `view-${view}`;
   for (const link of $('views').querySelectorAll('a')) {
     const current = link.dataset.view === view || (view === 'object' && link.dataset.view === 'estate');
@@ -174,8 +213,15 @@ export function route() {
     else link.removeAttribute('aria-current');
   }
   document.body.dataset.view = view;
-  render(view, rest).catch((error) => showNotice(error instanceof ApiFailure ? error.explained : String(error)));
+  // A new view takes the focus to its heading, so that keyboard and screen-reader users
+  // start there (a redraw of the same view leaves the focus where it is).
+  if (shownView !== view) $(`view-${view}`).querySelector('h2')?.focus({ preventScroll: true });
+  shownView = view;
+  render(view, rest).catch((error) => error instanceof SignedOut || showNotice(explain(error)));
 }
+
+/** The view on screen, to tell a redraw from a change of view. */
+let shownView = null;
 
 async function render(view, rest) {
   if (view === 'status') renderStatus(tenant.status, recent);
@@ -207,6 +253,7 @@ function listen() {
   let refreshing = null;
   const hidden = () => document.visibilityState === 'hidden';
   document.addEventListener('visibilitychange', () => hidden() && connection?.abort(), { signal: signedIn.signal });
+  signedIn.signal.addEventListener('abort', () => clearTimeout(refreshing));
   // An event means the estate or its status moved (a drift, an apply, a heal): read the
   // tenant again and draw the view on screen from it.
   const refresh = () => {
@@ -217,7 +264,7 @@ function listen() {
         if (document.body.dataset.view !== 'plan') route();
         document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed ?? 0) + 1);
       } catch (error) {
-        $('live').textContent = error instanceof ApiFailure ? error.explained : 'the tenant could not be read again';
+        if (!(error instanceof SignedOut)) $('live').textContent = `not up to date: ${explain(error)}`;
       }
     }, 150);
   };
@@ -249,7 +296,9 @@ function listen() {
         if (!response.ok) {
           const failure = new ApiFailure(response.status, await response.json().catch(() => ({})));
           $('live').textContent = `not live: ${failure.explained}`;
-          return;
+          // A token that may not follow the stream stays refused; anything else is retried.
+          if ([401, 403].includes(response.status)) return;
+          throw failure;
         }
         $('live').textContent = 'live';
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -283,6 +332,11 @@ function init() {
     signIn($('token').value);
   });
   $('sign-out').addEventListener('click', signOut);
+  // The skip link moves the focus; it is not a view of its own.
+  document.querySelector('a.skip').addEventListener('click', (event) => {
+    event.preventDefault();
+    $('main').focus();
+  });
   window.addEventListener('hashchange', route);
   mountPlan();
   mountEstate();

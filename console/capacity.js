@@ -3,7 +3,7 @@
 // SVG bars (docs/decisions/0017-console.md says why no charting library), with every
 // number also in the chart's text and an overcommit marked in words, not by colour only.
 
-import { $, element } from './dom.js';
+import { $, element, own } from './dom.js';
 
 const RESOURCES = ['vcpus', 'memoryMib', 'gpus'];
 /** The bars of a resource, in the order drawn. */
@@ -25,7 +25,9 @@ const number = (value) => value.toLocaleString('en');
 /**
  * Each owner's figures from the export's document: `{owner, quota?, owned, given,
  * received, capacity, overcommits: [text]}`, owners by name. Archived pools count for
- * nothing; offers count for their pool's owner (given) and their `to` (received).
+ * nothing; offers count for their pool's owner (given) and their `to` (received). An
+ * overcommit is a pool whose offers exceed it, an owner whose offers exceed its pools,
+ * or an owner whose capacity exceeds its quota.
  */
 export function capacities(document) {
   const owners = new Map();
@@ -42,17 +44,31 @@ export function capacities(document) {
     if (pool.archived || typeof pool.owner !== 'string') continue;
     for (const resource of RESOURCES) of(pool.owner).owned[resource] += pool[resource] ?? 0;
   }
+  const offered = new Map();
   for (const offer of Object.values(document.offers ?? {})) {
-    const giver = pools[offer.pool]?.owner;
+    const pool = own(pools, offer.pool);
+    const giver = pool?.owner;
+    if (pool && !offered.has(offer.pool)) offered.set(offer.pool, zero());
     for (const resource of RESOURCES) {
+      if (pool) offered.get(offer.pool)[resource] += offer[resource] ?? 0;
       if (typeof giver === 'string') of(giver).given[resource] += offer[resource] ?? 0;
       if (typeof offer.to === 'string') of(offer.to).received[resource] += offer[resource] ?? 0;
+    }
+  }
+  const overOffered = new Map();
+  for (const [name, sums] of offered) {
+    const pool = own(pools, name);
+    for (const resource of RESOURCES) {
+      if (typeof pool.owner !== 'string' || sums[resource] <= (pool[resource] ?? 0)) continue;
+      const found = overOffered.get(pool.owner) ?? [];
+      found.push(`the offers of pool ${name} give ${number(sums[resource])} ${resource} out of ${number(pool[resource] ?? 0)}`);
+      overOffered.set(pool.owner, found);
     }
   }
   return [...owners.values()].sort((a, b) => a.owner.localeCompare(b.owner)).map((figures) => {
     figures.capacity = Object.fromEntries(RESOURCES.map((resource) => [resource,
       figures.owned[resource] - figures.given[resource] + figures.received[resource]]));
-    figures.overcommits = RESOURCES.flatMap((resource) => {
+    figures.overcommits = [...(overOffered.get(figures.owner) ?? []), ...RESOURCES.flatMap((resource) => {
       const found = [];
       if (figures.given[resource] > figures.owned[resource]) {
         found.push(`offers give ${number(figures.given[resource])} ${resource} out of pools of ${number(figures.owned[resource])}`);
@@ -61,7 +77,7 @@ export function capacities(document) {
         found.push(`capacity of ${number(figures.capacity[resource])} ${resource} exceeds the quota of ${number(figures.quota[resource])}`);
       }
       return found;
-    });
+    })];
     return figures;
   });
 }
@@ -69,9 +85,12 @@ export function capacities(document) {
 /** One owner's chart: a group of bars per resource, the quota a line across them. */
 function chart(figures) {
   const height = RESOURCES.length * GROUP + 8;
+  // The chart's numbers in words, for those who do not see it.
+  const summary = RESOURCES.map((resource) => `${resource}: ${figures.quota ? `quota ${number(figures.quota[resource])}, ` : ''}` +
+    BARS.map(([name, label]) => `${label} ${number(figures[name][resource])}`).join(', ')).join('; ');
   const svg = element('svg:svg', {
     viewBox: `0 0 ${WIDTH} ${height}`, width: WIDTH, height, role: 'img',
-    'aria-label': `Capacity of ${figures.owner}`, class: 'chart',
+    'aria-label': `Capacity of ${figures.owner}. ${summary}`, class: 'chart',
   });
   RESOURCES.forEach((resource, index) => {
     const top = index * GROUP + 14;

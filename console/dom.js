@@ -24,6 +24,12 @@ export function element(tag, attributes = {}, ...children) {
   return node;
 }
 
+/**
+ * `object[key]` when the object has it as its own: names from documents and URLs are
+ * looked up with this, so that `constructor` or `__proto__` is never a prototype's.
+ */
+export const own = (object, key) => (object && Object.hasOwn(object, key) ? object[key] : undefined);
+
 /** `3 calls`, `1 call`. */
 export const plural = (count, noun) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 

@@ -3,8 +3,8 @@
 // scroll as smoothly as ten; and an object's view with its fields, its audit history and,
 // when drifted, its applied and actual values.
 
-import { $, element, kindTitle, plural, show, table, when } from './dom.js';
-import { ApiFailure, api, tenant } from './app.js';
+import { $, element, kindTitle, own, plural, show, table, when } from './dom.js';
+import { SignedOut, api, explain, tenant } from './app.js';
 
 /** Rows drawn above and below the window, so that a scroll of a few rows draws nothing. */
 const OVERSCAN = 12;
@@ -94,8 +94,14 @@ function arrange() {
   buildTable();
 }
 
-/** The table's frame (head, body) for the current kind and sort; rows come from `draw`. */
+/**
+ * The table's frame (head, body) for the current kind and sort; rows come from `draw`.
+ * A redraw keeps the scroll position and the focused sort button.
+ */
 function buildTable() {
+  const container = $('rows');
+  const top = container.scrollTop;
+  const focused = container.contains(document.activeElement) ? document.activeElement.dataset.column : undefined;
   const headers = ['name', ...view.columns].map((column) => {
     const sorted = view.sort.column === column;
     const direction = sorted ? (view.sort.descending ? 'descending' : 'ascending') : 'none';
@@ -111,18 +117,21 @@ function buildTable() {
     element('caption', { class: 'visually-hidden' }, `${kindTitle(view.kind)}, sortable by each column`),
     element('thead', {}, element('tr', { 'aria-rowindex': 1 }, headers)),
     element('tbody', { id: 'estate-body' }));
-  $('rows').replaceChildren(frame);
+  container.replaceChildren(frame);
   view.drawn = '';
-  draw();
+  view.measured = false;
+  draw(top);
+  container.scrollTop = top;
+  if (focused !== undefined) container.querySelector(`button.sort[data-column="${CSS.escape(focused)}"]`)?.focus();
 }
 
-/** Draws the rows in (and near) the scrolled window, between two spacer rows. */
-function draw() {
+/** Draws the rows in (and near) the window scrolled to `top`, between two spacer rows. */
+function draw(top = $('rows').scrollTop) {
   const container = $('rows');
   const body = $('estate-body');
   if (!body) return;
   const height = view.rowHeight || 30;
-  const first = Math.max(0, Math.floor(container.scrollTop / height) - OVERSCAN);
+  const first = Math.max(0, Math.floor(top / height) - OVERSCAN);
   const count = Math.ceil(container.clientHeight / height) + 2 * OVERSCAN;
   const last = Math.min(view.rows.length, first + count);
   const drawn = `${first}:${last}`;
@@ -141,12 +150,16 @@ function draw() {
     rows.push(element('tr', {}, element('td', { colspan: view.columns.length + 1, class: 'muted' }, 'nothing to show')));
   }
   body.replaceChildren(spacer(first), ...rows, spacer(view.rows.length - last));
-  // Rows are one line each; measure one so that the spacers match what is drawn.
-  const sample = rows[0]?.getBoundingClientRect().height;
-  if (sample && Math.abs(sample - height) > 0.5 && view.rows.length) {
-    view.rowHeight = sample;
-    view.drawn = '';
-    draw();
+  // Rows are one line each; measure one (once per table) so that the spacers match
+  // what is drawn.
+  const sample = view.rows.length ? rows[0]?.getBoundingClientRect().height : 0;
+  if (!view.measured && sample) {
+    view.measured = true;
+    if (Math.abs(sample - height) > 0.5) {
+      view.rowHeight = sample;
+      view.drawn = '';
+      draw(top);
+    }
   }
 }
 
@@ -175,7 +188,7 @@ const AUDIT_PAGES = 10;
 /** Renders one object: its fields, its drift, and its audit history. */
 export async function renderObject(kind, name) {
   const entry = tenant.kinds.find((each) => each.kind === kind);
-  const fields = entry && tenant.document?.[entry.section]?.[name];
+  const fields = entry && own(own(tenant.document, entry.section), name);
   $('object-title').textContent = `${kind ?? '?'} ${name ?? '?'}`;
   $('object-back').setAttribute('href', `#estate/${encodeURIComponent(kind ?? '')}`);
   const body = $('object-body');
@@ -211,7 +224,7 @@ export async function renderObject(kind, name) {
       ]), { class: 'grid' })
       : element('p', { class: 'muted' }, 'No audit records.'));
   } catch (error) {
-    history.replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+    if (!(error instanceof SignedOut)) history.replaceChildren(element('p', { class: 'errors' }, explain(error)));
   }
 }
 

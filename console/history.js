@@ -2,34 +2,44 @@
 // between any two (as `fleet diff` words it), and rollback: a revision's document planned
 // in the Plan view, applied there on confirmation like any other plan.
 
-import { $, element, plural, shortHash, show, when } from './dom.js';
-import { ApiFailure, api, tenant } from './app.js';
+import { $, element, own, plural, shortHash, show, when } from './dom.js';
+import { SignedOut, api, explain, tenant } from './app.js';
 import { changeRows, planDocument } from './plan.js';
 
 /** Revisions read per page. */
 const PAGE = 50;
 
 /** The revisions listed so far, newest first. */
-const listed = [];
+let listed = [];
+/** Counts reads of the list: an answer for an older read is dropped. */
+let reads = 0;
 
-/** Renders the newest page of revisions (again: an apply may have added one). */
+/**
+ * Renders the newest page of revisions (again, after an event: an apply may have added
+ * one). A comparison shown stays: revisions never change.
+ */
 export async function renderHistory() {
-  listed.length = 0;
-  $('difference').replaceChildren();
-  await more();
+  await more([]);
 }
 
-/** Reads the page of revisions older than those listed. */
-async function more() {
-  const after = listed.at(-1)?.revision;
+/** Reads the page of revisions older than those of `shown`, and lists them after it. */
+async function more(shown = listed) {
+  const mine = ++reads;
+  const after = shown.at(-1)?.revision;
+  $('older').disabled = true;
   let page;
   try {
     page = await api('fleet/history', after ? { after, limit: PAGE } : { limit: PAGE });
   } catch (error) {
-    $('revisions').replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+    if (mine === reads && !(error instanceof SignedOut)) {
+      $('revisions').replaceChildren(element('p', { class: 'errors' }, explain(error)));
+    }
     return;
+  } finally {
+    if (mine === reads) $('older').disabled = false;
   }
-  listed.push(...page.revisions);
+  if (mine !== reads) return;
+  listed = [...shown, ...page.revisions];
   $('older').hidden = page.revisions.length < PAGE || listed.at(-1)?.revision === 1;
   const current = tenant.status?.applied?.revision;
   const rows = listed.map((revision) => {
@@ -53,10 +63,17 @@ async function more() {
         .map((header) => element('th', { scope: 'col' }, header)))),
       element('tbody', {}, rows))
     : element('p', { class: 'muted' }, 'No revisions: nothing was applied yet.'));
+  // The choices of the comparison, kept when they are still listed.
   const options = () => listed.map(({ revision }) => element('option', { value: revision }, String(revision)));
+  const [from, to] = [$('from').value, $('to').value];
   $('from').replaceChildren(...options());
   $('to').replaceChildren(...options());
-  if (listed.length > 1) $('from').value = String(listed[1].revision);
+  const listedAs = (value) => listed.some(({ revision }) => String(revision) === value);
+  if (listedAs(from) && listedAs(to)) {
+    [$('from').value, $('to').value] = [from, to];
+  } else if (listed.length > 1) {
+    $('from').value = String(listed[1].revision);
+  }
 }
 
 /** Plans revision `number`'s document (with its prune flag) in the Plan view. */
@@ -68,7 +85,7 @@ async function rollBack(number) {
       `Rolling back to revision ${number} (applied ${when(revision.appliedAt)} by ${revision.appliedBy}): ` +
       'this is the plan that takes the estate back. Apply asks before it changes anything.');
   } catch (error) {
-    $('difference').replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+    if (!(error instanceof SignedOut)) $('difference').replaceChildren(element('p', { class: 'errors' }, explain(error)));
   }
 }
 
@@ -78,35 +95,46 @@ function archives(kind) {
   return (tenant.snapshot.plugins ?? []).some(({ descriptor }) => descriptor.kind === kind && descriptor.removal === 'archive');
 }
 
+/** A section's objects by key, or none for anything that is not a map. */
+const objects = (value) => (value && typeof value === 'object' && !Array.isArray(value) ? value : {});
+
+/** A value's JSON with every map's keys sorted: maps that differ only in order are equal. */
+function canonical(value) {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  const pairs = Object.keys(value).sort().map((key) => `${JSON.stringify(key)}:${canonical(value[key])}`);
+  return `{${pairs.join(',')}}`;
+}
+
 /**
  * The changes from one document to another, as `fleet diff` lists them:
  * `{action, kind, key, fields?, text}` by section and key in the documents' order.
  */
 export function differences(old, now, prune) {
   const kindOf = new Map(tenant.kinds.map(({ kind, section }) => [section, kind]));
-  const sections = [...Object.keys(now), ...Object.keys(old).filter((section) => !(section in now))];
+  const sections = [...Object.keys(now), ...Object.keys(old).filter((section) => !Object.hasOwn(now, section))];
   const changes = [];
   for (const section of sections) {
     const kind = kindOf.get(section) ?? section;
-    const before = old[section] ?? {};
-    const after = now[section] ?? {};
+    // Sections of objects only: `moved`, a list, is no object of its own.
+    const before = objects(own(old, section));
+    const after = objects(own(now, section));
     for (const [key, fields] of Object.entries(after)) {
-      const was = before[key];
+      const was = own(before, key);
       if (!was) {
         const listed = Object.entries(fields).map(([field, value]) => `${field} ${show(value)}`);
         changes.push({ action: 'create', kind, key, text: `+ ${kind} ${key}: create (${listed.join(', ')})` });
         continue;
       }
-      const names = [...Object.keys(was), ...Object.keys(fields).filter((field) => !(field in was))];
+      const names = [...Object.keys(was), ...Object.keys(fields).filter((field) => !Object.hasOwn(was, field))];
       const moved = names
-        .map((field) => ({ field, from: was[field] ?? null, to: fields[field] ?? null }))
-        .filter(({ from, to }) => JSON.stringify(from) !== JSON.stringify(to));
+        .map((field) => ({ field, from: own(was, field) ?? null, to: own(fields, field) ?? null }))
+        .filter(({ from, to }) => canonical(from) !== canonical(to));
       if (moved.length === 0) continue;
       const worded = moved.map(({ field, from, to }) => `${field} ${show(from)} -> ${show(to)}`);
       changes.push({ action: 'update', kind, key, fields: moved, text: `~ ${kind} ${key}: update (${worded.join(', ')})` });
     }
     const removal = prune ? (archives(kind) ? 'archive' : 'delete') : 'left alone';
-    for (const key of Object.keys(before).filter((key) => !(key in after))) {
+    for (const key of Object.keys(before).filter((key) => !Object.hasOwn(after, key))) {
       changes.push({ action: 'remove', kind, key, text: `- ${kind} ${key}: ${removal} (not in the document)` });
     }
   }
@@ -132,12 +160,12 @@ async function compare(event) {
     }
     box.replaceChildren(...nodes);
   } catch (error) {
-    box.replaceChildren(element('p', { class: 'errors' }, error instanceof ApiFailure ? error.explained : String(error)));
+    if (!(error instanceof SignedOut)) box.replaceChildren(element('p', { class: 'errors' }, explain(error)));
   }
 }
 
 /** Wires the view's controls once. */
 export function mountHistory() {
-  $('older').addEventListener('click', more);
+  $('older').addEventListener('click', () => more());
   $('compare').addEventListener('submit', compare);
 }

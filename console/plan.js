@@ -5,14 +5,13 @@
 
 import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
 import { $, element, kindTitle, plural, show } from './dom.js';
-import { ApiFailure, api, loadTenant, showNotice, tenant } from './app.js';
+import { ApiFailure, SignedOut, api, explain, loadTenant, showNotice, tenant } from './app.js';
 
 const ASSETS = new URL('/console/assets/', location.href);
 
 /** The plan view's state: the planner over the current snapshot and the last plan. */
 const session = {
   planner: null,
-  plugins: new Map(),
   plan: null,
   request: '',
   busy: false,
@@ -20,6 +19,8 @@ const session = {
   yaml: null,
   /** Whether the editor holds the export as it was loaded (so a reload may replace it). */
   pristine: true,
+  /** What the view says about the document another view handed it (a rollback, a file). */
+  intent: null,
 };
 
 // ---- the planner ------------------------------------------------------------------
@@ -69,11 +70,11 @@ async function importComponent() {
   return componentModule;
 }
 
-/** A planner instance over the tenant's snapshot, with its plugins. */
-async function newPlanner() {
+/** A planner instance over `snapshot`, with its plugins. */
+async function newPlanner(snapshot) {
   const component = await importComponent();
-  session.plugins = await loadPlugins(tenant.snapshot, importPlugin);
-  return loadPlanner(component, getCoreModule, tenant.snapshot, session.plugins);
+  const plugins = await loadPlugins(snapshot, importPlugin);
+  return loadPlanner(component, getCoreModule, snapshot, plugins);
 }
 
 /**
@@ -87,14 +88,23 @@ export async function showTenantInPlan() {
   $('missing').textContent = missing.length
     ? `This deployment does not run the modules of: ${missing.join(', ')}. Objects there are blocked.`
     : '';
+  const snapshot = tenant.snapshot;
+  let planner = null;
+  let failure = null;
   try {
-    session.planner = await newPlanner();
+    planner = await newPlanner(snapshot);
     session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
-    $('plan-intent').hidden = true;
   } catch (error) {
-    session.planner = null;
-    if (!error.missingAssets) throw error;
-    showNotPlannable(error.message);
+    failure = error;
+  }
+  // A newer snapshot (or a sign-out) came meanwhile: its own call shows it.
+  if (tenant.snapshot !== snapshot) return;
+  session.planner = planner;
+  if (failure) {
+    // The rest of the console works without a planner: say why in this view only.
+    showNotPlannable(failure.missingAssets ? failure.message : `it failed to load: ${failure.message ?? failure}`);
+  } else {
+    showIntent();
   }
   if (session.pristine) $('document').value = exportedText();
   replan();
@@ -104,10 +114,30 @@ function showNotPlannable(message) {
   const box = $('plan-intent');
   box.hidden = false;
   box.replaceChildren(
-    element('strong', {}, 'The planner is not built for the browser. '),
+    element('strong', {}, 'The planner cannot run in this page. '),
     message,
     '. Everything else in the console works without it.',
   );
+  showPlanError({ code: 'UNAVAILABLE', message: 'no planner in this page' });
+}
+
+/** What the view says above the editor about the document it was handed, if anything. */
+function showIntent() {
+  $('plan-intent').hidden = !session.intent;
+  $('plan-intent').replaceChildren(session.intent ?? '');
+}
+
+/** Forgets the signed-out tenant's document, plan and planner. */
+export function forgetPlan() {
+  Object.assign(session, { planner: null, plan: null, request: '', pristine: true, intent: null });
+  $('document').value = '';
+  $('file').value = '';
+  $('prune').checked = false;
+  showPlanError({ code: 'UNAVAILABLE', message: 'signed out' });
+  for (const id of ['errors', 'plan-intent', 'outcome', 'blocked', 'verdicts', 'left-alone', 'missing']) {
+    $(id).hidden = true;
+    $(id).replaceChildren();
+  }
 }
 
 const exportedText = () => JSON.stringify(tenant.document, null, 2);
@@ -144,6 +174,9 @@ function replan() {
   if (!session.planner) return;
   try {
     planOnce();
+  } catch (error) {
+    // A bug of this page, not of the document: said here, never a failed sign-in.
+    showPlanError({ code: 'INTERNAL', message: `the page failed to show the plan: ${error.message ?? error}` });
   } finally {
     planned += 1;
     document.body.dataset.planned = String(planned);
@@ -170,7 +203,10 @@ function planOnce() {
     if (!(error instanceof PlannerError)) throw error;
     if (error.code === 'INTERNAL') {
       // A trapped instance is not used again; plan the next edit on a fresh one.
-      newPlanner().then((planner) => (session.planner = planner));
+      const snapshot = tenant.snapshot;
+      newPlanner(snapshot)
+        .then((planner) => tenant.snapshot === snapshot && (session.planner = planner))
+        .catch((failure) => showNotPlannable(`it failed to load again: ${failure.message ?? failure}`));
     }
     showPlanError(error);
   }
@@ -336,9 +372,8 @@ export function planDocument(text, prune, intent) {
   $('prune').checked = prune;
   $('outcome').hidden = true;
   session.pristine = false;
-  const box = $('plan-intent');
-  box.hidden = !intent;
-  box.replaceChildren(intent ?? '');
+  session.intent = intent ?? null;
+  showIntent();
   replan();
 }
 
@@ -394,15 +429,22 @@ async function apply() {
   session.busy = true;
   $('apply').disabled = true;
   const applying = session.plan;
-  const request = JSON.parse(session.request);
-  request.planHash = applying.planHash;
+  // The very bytes planned (`{"document": ..., "prune": ...}`), with the plan hash added.
+  const request = `${session.request.slice(0, -1)}, "planHash": ${JSON.stringify(applying.planHash)}}`;
   try {
-    const applied = await api('fleet/apply', JSON.stringify(request));
-    const status = await api('fleet/status', {});
-    showOutcome(true, `Applied ${plural(applied.applied, 'call')}.`, describeStatus(status));
-    // The state changed: plan the same document against a new snapshot.
-    await reloadKeepingEdit();
+    const applied = await api('fleet/apply', request);
+    session.intent = null;
+    const done = `Applied ${plural(applied.applied, 'call')}.`;
+    // The state changed: say what it is now, and plan the same document against it.
+    try {
+      const status = await api('fleet/status', {});
+      showOutcome(true, done, describeStatus(status));
+      await reloadKeepingEdit();
+    } catch (error) {
+      if (!(error instanceof SignedOut)) showOutcome(true, done, `The tenant could not be read again: ${explain(error)}`);
+    }
   } catch (error) {
+    if (error instanceof SignedOut) return;
     if (error.code === 'CONFIG_DRIFT') {
       // Someone else changed the tenant: take a new snapshot, plan again, and say what moved.
       await reloadKeepingEdit().catch(() => {});
@@ -413,7 +455,7 @@ async function apply() {
       const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
       showOutcome(false, error.explained, detail);
     } else {
-      showNotice(String(error.message ?? error));
+      showNotice(explain(error));
     }
   } finally {
     session.busy = false;
@@ -436,7 +478,6 @@ export function mountPlan() {
   $('prune').addEventListener('change', replan);
   $('apply').addEventListener('click', apply);
   $('reset').addEventListener('click', () => {
-    session.pristine = true;
     planDocument(exportedText(), false);
     session.pristine = true;
   });

@@ -10,7 +10,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, afterEach, before, test } from 'node:test';
 
-import { ARTIFACTS, FLEET_BIN, REPO, estate, launchBrowser, signIn, startServer } from './support.mjs';
+import { ARTIFACTS, FLEET_BIN, REPO, estate, closePages, launchBrowser, signIn, startServer } from './support.mjs';
 
 /** axe-core's one-file build, from the page's npm packages (nothing loads from a CDN). */
 const AXE = join(REPO, 'console/node_modules/axe-core/axe.min.js');
@@ -34,12 +34,7 @@ before(async () => {
   browser = await launchBrowser();
 });
 
-// Each page holds an event stream, and Chromium opens at most six connections to one
-// server: close every page a test opened.
-afterEach(async () => {
-  for (const page of browser.pages()) await page.close();
-});
-
+afterEach(() => closePages(browser));
 after(async () => {
   await browser?.close();
   await server?.stop();
@@ -75,8 +70,15 @@ test('sign-in keeps the token in this tab only; sign-out forgets it; a bad token
   // A reload stays signed in (same tab); sign-out forgets, and a reload then asks again.
   await page.reload();
   await page.locator('#who', { hasText: 'tenant acme' }).waitFor();
+  await go(page, 'plan');
+  await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+  await page.fill('#document', '{"sites": {"secret-site": {"region": "x"}}}');
   await page.click('#sign-out');
   assert.equal(await page.evaluate(() => sessionStorage.getItem('fleet.token')), null);
+  // Nothing of the tenant stays in the page.
+  assert.equal(await page.locator('#document').inputValue(), '');
+  assert.equal(await page.locator('#status-body').textContent(), '');
+  assert.doesNotMatch(await page.locator('body').textContent(), /secret-site|tenant acme|gpu-a/);
   assert.equal(await page.locator('#sign-in').isVisible(), true);
   await page.reload();
   assert.equal(await page.locator('#sign-in').isVisible(), true);
@@ -237,8 +239,27 @@ test('capacity: per owner, quota against owned pools and offers, with an overcom
   const research = page.locator('figure[data-owner="team-research"]');
   assert.match(await research.locator('figcaption').textContent(), /no quota/);
   assert.match(await research.locator('svg').textContent(), /offers received.*64/);
+  assert.match(await research.locator('svg').getAttribute('aria-label'), /vcpus: owned pools 0, offers given 0, offers received 64/);
   await shot(page, 'capacity');
   assert.deepEqual(problems, []);
+
+  // A pool offered beyond itself is an overcommit even when its owner's pools together
+  // could give as much.
+  const own = server.tenantWithToken('cap', 'carol');
+  await server.ok(own, 'fleet/apply', { document: {
+    sites: { lab: { region: 'eu-central-1' } },
+    providerAccounts: { aws: { provider: 'aws' } },
+    pools: {
+      small: { site: 'lab', account: 'aws', class: 'cpu', owner: 'team-x', vcpus: 10 },
+      large: { site: 'lab', account: 'aws', class: 'cpu', owner: 'team-x', vcpus: 100 },
+    },
+    offers: { 'too-much': { pool: 'small', to: 'team-y', vcpus: 50 } },
+  } });
+  const { page: other } = await signIn(browser, server, own);
+  await go(other, 'capacity');
+  const x = other.locator('figure[data-owner="team-x"]');
+  assert.match(await x.locator('.overcommits').textContent(), /the offers of pool small give 50 vcpus out of 10/);
+  assert.doesNotMatch(await x.locator('.overcommits').textContent(), /out of pools/);
 });
 
 test('no string reaches the DOM as markup: a planted <img onerror> stays text in every view', async () => {

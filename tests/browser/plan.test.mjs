@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, afterEach, before, test } from 'node:test';
 
-import { ARTIFACTS, FLEET_BIN, REPO, estate, launchBrowser, signIn, startServer, tempDir } from './support.mjs';
+import { ARTIFACTS, FLEET_BIN, REPO, estate, closePages, launchBrowser, signIn, startServer, tempDir } from './support.mjs';
 
 let server;
 let browser;
@@ -22,12 +22,7 @@ before(async () => {
   browser = await launchBrowser();
 });
 
-// Each page holds an event stream, and Chromium opens at most six connections to one
-// server: close every page a test opened.
-afterEach(async () => {
-  for (const page of browser.pages()) await page.close();
-});
-
+afterEach(() => closePages(browser));
 after(async () => {
   await browser?.close();
   await server?.stop();
@@ -250,7 +245,7 @@ test('without built assets the server still runs, the console too, and the Plan 
     await page.click('nav#views a[href="#plan"]');
     const intent = page.locator('#plan-intent');
     await intent.waitFor();
-    assert.match(await intent.textContent(), /not built for the browser.*console\/build\.sh/);
+    assert.match(await intent.textContent(), /cannot run in this page.*assets are not built.*console\/build\.sh/);
     assert.equal(await page.locator('#plan-hash').textContent(), '—');
     await page.screenshot({ path: join(ARTIFACTS, 'plan-not-built.png'), fullPage: true });
     // The views that need no planner work.

@@ -43,7 +43,7 @@ test('every golden plan comes out of the transpiled component unchanged', async 
   }
 });
 
-test('the console's host answers apply with UNSUPPORTED', async () => {
+test('the console host answers apply with UNSUPPORTED', async () => {
   const state = JSON.parse(readFileSync(join(PLANS, 'create-all/state.json'), 'utf8'));
   const planner = await loadPlanner(module, getCoreModule, state);
   assert.throws(() => planner.apply('{}'), { name: 'PlannerError', code: 'UNSUPPORTED' });

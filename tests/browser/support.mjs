@@ -97,6 +97,14 @@ export function launchBrowser() {
 }
 
 /**
+ * Closes every page of `browser`: each holds an event stream, and Chromium opens at most
+ * six connections to one server, so pages left open would starve the next test's.
+ */
+export async function closePages(browser) {
+  for (const page of browser?.pages() ?? []) await page.close();
+}
+
+/**
  * A new page of `browser` signed in to the console of `server` with `token`, at `view`
  * (`#plan` waits for the first plan too). `problems` collects page errors, console
  * errors and any request whose URL carries the token.

@@ -42,6 +42,20 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// An event stream of `token`'s tenant, its head read (a 200).
+fn open_event_stream(server: &Server, token: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    let request = format!(
+        "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        server.address()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = [0; 1024];
+    let read = stream.read(&mut head).unwrap();
+    assert!(String::from_utf8_lossy(&head[..read]).starts_with("HTTP/1.1 200"));
+    stream
+}
+
 /// A GET that asks the server to close the connection after answering.
 fn get_request(server: &Server, path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", server.address())
@@ -83,15 +97,7 @@ fn slow_heads_and_idle_connections_are_closed_by_their_timeouts() {
     assert!(body_of(&answer)["error"]["message"].as_str().unwrap().contains("stopped arriving"), "{answer}");
 
     // A request in flight is never cut off by these timeouts: an event stream outlives them.
-    let mut stream = TcpStream::connect(server.address()).unwrap();
-    let request = format!(
-        "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
-        server.address()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut head = [0; 1024];
-    let read = stream.read(&mut head).unwrap();
-    assert!(String::from_utf8_lossy(&head[..read]).starts_with("HTTP/1.1 200"));
+    let mut stream = open_event_stream(&server, &token);
     assert!(!closed_within(&mut stream, Duration::from_secs(4)), "the stream stays open past both timeouts");
 }
 
@@ -100,15 +106,7 @@ fn a_terminated_server_ends_its_event_streams_and_exits() {
     let mut server = Server::start(&[]);
     let token = server.tenant_with_token("acme");
     // An open event stream (a console left open) must not hold the shutdown.
-    let mut stream = TcpStream::connect(server.address()).unwrap();
-    let request = format!(
-        "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
-        server.address()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut head = [0; 1024];
-    let read = stream.read(&mut head).unwrap();
-    assert!(String::from_utf8_lossy(&head[..read]).starts_with("HTTP/1.1 200"));
+    let mut stream = open_event_stream(&server, &token);
     let terminated = std::process::Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
     assert!(terminated.success());
     let started = Instant::now();
