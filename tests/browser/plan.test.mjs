@@ -330,6 +330,33 @@ test('YAML documents plan as their JSON twins; an empty value shows as ""', asyn
   assert.deepEqual(problems, []);
 });
 
+test('a document opened from a file or dropped on the editor is planned', async () => {
+  const { page, problems } = await open();
+  const exported = (await server.ok(token, 'fleet/export', {})).document;
+  const opened = structuredClone(exported);
+  opened.pools['gpu-a'].gpus = 72;
+  const yaml = Object.entries(opened).map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`).join('\n');
+  await page.setInputFiles('#file', { name: 'estate.yaml', mimeType: 'text/yaml', buffer: Buffer.from(yaml) });
+  await page.locator('#plan-intent', { hasText: 'Planning estate.yaml.' }).waitFor();
+  await page.locator('.change .text', { hasText: '~ pool gpu-a: update (gpus 64 -> 72)' }).waitFor();
+  assert.equal(await page.locator('#document').inputValue(), yaml);
+
+  const dropped = structuredClone(exported);
+  dropped.pools['gpu-a'].gpus = 80;
+  const transfer = await page.evaluateHandle((text) => {
+    const data = new DataTransfer();
+    data.items.add(new File([text], 'dropped.json', { type: 'application/json' }));
+    return data;
+  }, JSON.stringify(dropped, null, 2));
+  await page.dispatchEvent('#document', 'drop', { dataTransfer: transfer });
+  await page.locator('#plan-intent', { hasText: 'Planning dropped.json.' }).waitFor();
+  await page.locator('.change .text', { hasText: '~ pool gpu-a: update (gpus 64 -> 80)' }).waitFor();
+  const view = await shown(page);
+  const server_plan = await server.call(token, 'fleet/plan', { document: dropped, prune: false });
+  assert.equal(view.hash, server_plan.json.planHash);
+  assert.deepEqual(problems, []);
+});
+
 test('an apply refused with CONFIG_DRIFT says what moved', async () => {
   const { page, problems } = await open();
   const exported = (await server.ok(token, 'fleet/export', {})).document;
