@@ -338,7 +338,8 @@ test('a document opened from a file or dropped on the editor is planned', async 
   const yaml = Object.entries(opened).map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`).join('\n');
   await page.setInputFiles('#file', { name: 'estate.yaml', mimeType: 'text/yaml', buffer: Buffer.from(yaml) });
   await page.locator('#plan-intent', { hasText: 'Planning estate.yaml.' }).waitFor();
-  await page.locator('.change .text', { hasText: '~ pool gpu-a: update (gpus 64 -> 72)' }).waitFor();
+  const gpus = exported.pools['gpu-a'].gpus;
+  await page.locator('.change .text', { hasText: `~ pool gpu-a: update (gpus ${gpus} -> 72)` }).waitFor();
   assert.equal(await page.locator('#document').inputValue(), yaml);
 
   const dropped = structuredClone(exported);
@@ -350,7 +351,7 @@ test('a document opened from a file or dropped on the editor is planned', async 
   }, JSON.stringify(dropped, null, 2));
   await page.dispatchEvent('#document', 'drop', { dataTransfer: transfer });
   await page.locator('#plan-intent', { hasText: 'Planning dropped.json.' }).waitFor();
-  await page.locator('.change .text', { hasText: '~ pool gpu-a: update (gpus 64 -> 80)' }).waitFor();
+  await page.locator('.change .text', { hasText: `~ pool gpu-a: update (gpus ${gpus} -> 80)` }).waitFor();
   const view = await shown(page);
   const server_plan = await server.call(token, 'fleet/plan', { document: dropped, prune: false });
   assert.equal(view.hash, server_plan.json.planHash);
