@@ -94,7 +94,7 @@ let reads = 0;
 
 /**
  * Loads (or reloads, after an apply or an event) the export, the snapshot and the
- * status. Returns false, changing nothing, when a newer read began meanwhile.
+ * status; changes nothing when a newer read began meanwhile.
  */
 export async function loadTenant() {
   const read = {};
@@ -104,7 +104,7 @@ export async function loadTenant() {
     api('fleet/export', {}, STATE_MEDIA_TYPE),
     api('fleet/status', {}),
   ]);
-  if (mine !== reads) return false;
+  if (mine !== reads) return;
   const plugins = new Map((snapshot.plugins ?? []).map(({ descriptor }) => [descriptor.kind, descriptor.section]));
   tenant.document = exported.document;
   tenant.readAt = read.at || 0;
@@ -117,7 +117,6 @@ export async function loadTenant() {
   const objects = tenant.kinds.reduce((sum, { section }) => sum + Object.keys(exported.document[section] ?? {}).length, 0);
   $('who').textContent = `tenant ${snapshot.caller.tenant} · ${snapshot.caller.principal} · ${objects} objects`;
   await showTenantInPlan();
-  return true;
 }
 
 /** An error for people, from any failure a view meets. */
@@ -204,8 +203,7 @@ function currentRoute() {
 export function route() {
   if (!tenant.snapshot) return;
   const [name, ...rest] = currentRoute();
-  const views = { status: 'status', estate: 'estate', object: 'object', plan: 'plan', history: 'history', capacity: 'capacity' };
-  const view = own(views, name) ?? 'status';
+  const view = VIEWS.has(name) ? name : 'status';
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== `view-${view}`;
   for (const link of $('views').querySelectorAll('a')) {
     const current = link.dataset.view === view || (view === 'object' && link.dataset.view === 'estate');
@@ -219,6 +217,9 @@ export function route() {
   shownView = view;
   render(view, rest).catch((error) => error instanceof SignedOut || showNotice(explain(error)));
 }
+
+/** The views, as the URL's fragment names them (`#estate/pool` is the estate's). */
+const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'history', 'capacity']);
 
 /** The view on screen, to tell a redraw from a change of view. */
 let shownView = null;
@@ -262,7 +263,6 @@ function listen() {
       try {
         await loadTenant();
         if (document.body.dataset.view !== 'plan') route();
-        document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed ?? 0) + 1);
       } catch (error) {
         if (!(error instanceof SignedOut)) $('live').textContent = `not up to date: ${explain(error)}`;
       }

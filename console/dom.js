@@ -33,10 +33,13 @@ export const own = (object, key) => (object && Object.hasOwn(object, key) ? obje
 /** `3 calls`, `1 call`. */
 export const plural = (count, noun) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 
-/** A kind's heading from its camelCase name: `providerAccount` -> `Provider accounts`. */
+/** A kind for people, from its camelCase name: `providerAccount` -> `provider account`. */
+export const kindNoun = (kind) => kind.replace(/[A-Z]/g, (letter) => ` ${letter.toLowerCase()}`);
+
+/** A kind's heading: `providerAccount` -> `Provider accounts`. */
 export function kindTitle(kind) {
-  const words = kind.replace(/[A-Z]/g, (letter) => ` ${letter.toLowerCase()}`);
-  return `${words.charAt(0).toUpperCase()}${words.slice(1)}s`;
+  const noun = kindNoun(kind);
+  return `${noun.charAt(0).toUpperCase()}${noun.slice(1)}s`;
 }
 
 /** A field value for people: an empty string shows as `""`, not as nothing. */

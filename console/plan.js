@@ -4,7 +4,7 @@
 // History's rollback plans a revision's document here too.
 
 import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
-import { $, element, kindTitle, plural, show } from './dom.js';
+import { $, element, kindNoun, kindTitle, plural, show } from './dom.js';
 import { ApiFailure, SignedOut, api, explain, loadTenant, showNotice, tenant } from './app.js';
 
 const ASSETS = new URL('/console/assets/', location.href);
@@ -26,15 +26,20 @@ const session = {
 // ---- the planner ------------------------------------------------------------------
 
 let componentModule = null;
-const coreModules = new Map();
 
-/** Compiles each core module once per page; instances are made per snapshot. */
-function getCoreModule(name) {
-  if (!coreModules.has(name)) {
-    coreModules.set(name, WebAssembly.compileStreaming(fetch(new URL(name, ASSETS))));
-  }
-  return coreModules.get(name);
+/**
+ * The `getCoreModule` of a transpiled component whose files are under `base`: each core
+ * module is compiled once per page; instances are made per snapshot.
+ */
+function coreModulesAt(base) {
+  const compiled = new Map();
+  return (name) => {
+    if (!compiled.has(name)) compiled.set(name, WebAssembly.compileStreaming(fetch(new URL(name, base))));
+    return compiled.get(name);
+  };
 }
+
+const getCoreModule = coreModulesAt(ASSETS);
 
 /**
  * A module plugin transpiled by `console/build.sh` into `plugins/<digest>/`: its
@@ -49,12 +54,7 @@ async function importPlugin(digest) {
       'run console/build.sh with the plugin file';
     throw Object.assign(new Error(message), { missingAssets: true });
   }
-  const cores = new Map();
-  const getPluginCore = (name) => {
-    if (!cores.has(name)) cores.set(name, WebAssembly.compileStreaming(fetch(new URL(name, base))));
-    return cores.get(name);
-  };
-  return [await import(url.href), getPluginCore];
+  return [await import(url.href), coreModulesAt(base)];
 }
 
 /** Imports the transpiled component, or explains how to build it. */
@@ -102,7 +102,7 @@ export async function showTenantInPlan() {
   session.planner = planner;
   if (failure) {
     // The rest of the console works without a planner: say why in this view only.
-    showNotPlannable(failure.missingAssets ? failure.message : `it failed to load: ${failure.message ?? failure}`);
+    showNotPlannable(failure.missingAssets ? failure.message : `it failed to load: ${explain(failure)}`);
   } else {
     showIntent();
   }
@@ -176,7 +176,7 @@ function replan() {
     planOnce();
   } catch (error) {
     // A bug of this page, not of the document: said here, never a failed sign-in.
-    showPlanError({ code: 'INTERNAL', message: `the page failed to show the plan: ${error.message ?? error}` });
+    showPlanError({ code: 'INTERNAL', message: `the page failed to show the plan: ${explain(error)}` });
   } finally {
     planned += 1;
     document.body.dataset.planned = String(planned);
@@ -206,18 +206,13 @@ function planOnce() {
       const snapshot = tenant.snapshot;
       newPlanner(snapshot)
         .then((planner) => tenant.snapshot === snapshot && (session.planner = planner))
-        .catch((failure) => showNotPlannable(`it failed to load again: ${failure.message ?? failure}`));
+        .catch((failure) => showNotPlannable(`it failed to load again: ${explain(failure)}`));
     }
     showPlanError(error);
   }
 }
 
 // ---- rendering --------------------------------------------------------------------
-
-const NOUNS = {
-  site: 'site', providerAccount: 'provider account', pool: 'pool', ownerQuota: 'owner quota', offer: 'offer',
-  flavor: 'flavor',
-};
 
 /** `1 live flavor not in the document is left alone; prune would delete it.`, per kind and action. */
 function leftAloneLines(leftAlone) {
@@ -227,7 +222,7 @@ function leftAloneLines(leftAlone) {
     groups.set(key, { ...entry, count: (groups.get(key)?.count ?? 0) + 1 });
   }
   return [...groups.values()].map(({ kind, action, count }) => {
-    const noun = `live ${NOUNS[kind] ?? kind}${count === 1 ? '' : 's'}`;
+    const noun = `live ${kindNoun(kind)}${count === 1 ? '' : 's'}`;
     return `${count} ${noun} not in the document ${count === 1 ? 'is' : 'are'} left alone; prune would ${action} ${count === 1 ? 'it' : 'them'}.`;
   });
 }

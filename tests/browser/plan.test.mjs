@@ -31,6 +31,10 @@ after(async () => {
 /** Signs in to the console's Plan view and waits for the first plan. */
 const open = (on = server, with_token = token) => signIn(browser, on, with_token, '#plan');
 
+/** A document as YAML, a section a line (each section's objects in JSON, a YAML flow map). */
+const asYaml = (document) =>
+  Object.entries(document).map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`).join('\n');
+
 /** Types a document into the page and waits until the shown plan is for it. */
 async function edit(page, document) {
   const before = await page.evaluate(() => document.body.dataset.planned);
@@ -315,9 +319,7 @@ test('YAML documents plan as their JSON twins; an empty value shows as ""', asyn
   json.sites.lab.description = 'Lab in Berlin';
   await edit(page, json);
   const fromJson = await shown(page);
-  const yaml = Object.entries(json)
-    .map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`)
-    .join('\n');
+  const yaml = asYaml(json);
   await edit(page, yaml);
   const fromYaml = await shown(page);
   assert.equal(fromYaml.hash, fromJson.hash);
@@ -335,7 +337,7 @@ test('a document opened from a file or dropped on the editor is planned', async 
   const exported = (await server.ok(token, 'fleet/export', {})).document;
   const opened = structuredClone(exported);
   opened.pools['gpu-a'].gpus = 72;
-  const yaml = Object.entries(opened).map(([section, objects]) => `${section}: ${JSON.stringify(objects)}`).join('\n');
+  const yaml = asYaml(opened);
   await page.setInputFiles('#file', { name: 'estate.yaml', mimeType: 'text/yaml', buffer: Buffer.from(yaml) });
   await page.locator('#plan-intent', { hasText: 'Planning estate.yaml.' }).waitFor();
   const gpus = exported.pools['gpu-a'].gpus;
