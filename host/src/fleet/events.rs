@@ -137,9 +137,6 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
     let mut stopping = app.stopping.subscribe();
     tokio::spawn(async move {
         loop {
-            if *stopping.borrow_and_update() {
-                return;
-            }
             let batch = {
                 let (app, authorization, tenant) = (app.clone(), authorization.clone(), caller.tenant.clone());
                 tokio::task::spawn_blocking(move || {
@@ -171,7 +168,8 @@ pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
             }
             let woken = tokio::select! {
                 woken = tokio::time::timeout(KEEPALIVE, wake.recv()) => woken,
-                _ = stopping.changed() => return,
+                // The server stops serving (or already did, when the stream opened).
+                _ = stopping.wait_for(|stopping| *stopping) => return,
             };
             match woken {
                 Ok(Ok(())) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
