@@ -6,7 +6,7 @@
 // planner. The same module runs in Node.js (the tests) and in the page.
 
 /** The version of the `compute:fleet` WIT package the component implements. */
-const WIT_VERSION = '0.6.0';
+const WIT_VERSION = '0.7.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';
@@ -195,11 +195,33 @@ function pluginAdapters(snapshot, plugins) {
 }
 
 /**
- * The `compute:fleet/state`, `compute:fleet/methods` and `compute:fleet/plugins`
- * imports, answered from a snapshot in the JSON form of `compute.preview.snapshot`,
- * encoded once, and the page's plugin instances (a Map of kind to plugin export).
+ * The `compute:fleet/output` import: the result of the call in progress, collected a
+ * chunk at a time. `take()` returns it as text and starts the next.
  */
-export function adapters(snapshot, plugins = new Map()) {
+export class Output {
+  constructor() {
+    this.chunks = [];
+    this.write = (chunk) => {
+      // jco hands over a copy of the guest's bytes; keep it as it is.
+      this.chunks.push(chunk);
+    };
+  }
+
+  take() {
+    const decoder = new TextDecoder('utf-8', { fatal: true });
+    const text = this.chunks.map((chunk) => decoder.decode(chunk, { stream: true })).join('') + decoder.decode();
+    this.chunks = [];
+    return text;
+  }
+}
+
+/**
+ * The `compute:fleet/state`, `compute:fleet/methods`, `compute:fleet/plugins` and
+ * `compute:fleet/output` imports, answered from a snapshot in the JSON form of
+ * `compute.preview.snapshot`, encoded once, the page's plugin instances (a Map of kind
+ * to plugin export), and where results go (an `Output`).
+ */
+export function adapters(snapshot, plugins = new Map(), output = new Output()) {
   const state = encodeState(snapshot);
   // The caller's grants, when the snapshot says them, block at plan time what it may not do.
   const grants = Array.isArray(snapshot.caller?.grants) ? [...snapshot.caller.grants] : undefined;
@@ -231,6 +253,8 @@ export function adapters(snapshot, plugins = new Map()) {
     [`compute:fleet/methods@${WIT_VERSION}`]: methods,
     'compute:fleet/plugins': pluginImports,
     [`compute:fleet/plugins@${WIT_VERSION}`]: pluginImports,
+    'compute:fleet/output': output,
+    [`compute:fleet/output@${WIT_VERSION}`]: output,
   };
 }
 
@@ -250,11 +274,17 @@ export async function loadPlugins(snapshot, load) {
   return plugins;
 }
 
-/** Calls an export and turns a WIT `error` into a PlannerError. */
-function call(entry, request) {
+/**
+ * Calls an export and returns what it wrote to `output`, or turns a WIT `error` into a
+ * PlannerError (what it wrote then is no result).
+ */
+function call(entry, request, output) {
+  output.take();
   try {
-    return entry(request);
+    entry(request);
+    return output.take();
   } catch (thrown) {
+    output.take();
     const payload = thrown?.payload;
     if (payload && typeof payload === 'object' && 'code' in payload) {
       let details;
@@ -283,11 +313,12 @@ function call(entry, request) {
  * every call reads the state afresh through the adapters.
  */
 export async function loadPlanner(componentModule, getCoreModule, snapshot, plugins = new Map()) {
-  const root = await componentModule.instantiate(getCoreModule, adapters(snapshot, plugins));
+  const output = new Output();
+  const root = await componentModule.instantiate(getCoreModule, adapters(snapshot, plugins, output));
   const planner = root.planner ?? root[`compute:fleet/planner@${WIT_VERSION}`];
   return {
-    plan: (request) => call(planner.plan, request),
-    export: (request) => call(planner.export, request),
+    plan: (request) => call(planner.plan, request, output),
+    export: (request) => call(planner.export, request, output),
     apply: () => {
       throw new PlannerError(
         'UNSUPPORTED',

@@ -20,9 +20,15 @@ struct Applied<'a> {
 /// The permission that overrides mandatory policies (SPEC §14).
 pub const OVERRIDE_PERMISSION: (&str, &str) = ("compute:fleet:override", "compute-fleet");
 
-/// Runs a plan's calls after the checks of step 1; `expected_hash` is the request's
-/// `planHash`, if given.
-pub(crate) fn apply(host: &mut dyn Host, plan: &Plan, request: &PlanRequest, caller: &Caller) -> Result<String, Error> {
+/// Runs a plan's calls after the checks of step 1 (the request's `planHash`, if given,
+/// among them), then writes the result to `out`.
+pub(crate) fn apply(
+    host: &mut dyn Host,
+    plan: &Plan,
+    request: &PlanRequest,
+    caller: &Caller,
+    out: impl std::io::Write,
+) -> Result<(), Error> {
     let expected_hash = request.plan_hash.as_deref();
     if let Some(expected) = expected_hash
         && expected != plan.plan_hash
@@ -50,8 +56,7 @@ pub(crate) fn apply(host: &mut dyn Host, plan: &Plan, request: &PlanRequest, cal
         host.invoke(&call.method, &call.invoke_input()?)?;
         applied += 1;
     }
-    serde_json::to_string(&Applied { plan, applied, overrides: &overrides })
-        .map_err(|error| Error::new(ErrorCode::Internal, format!("the apply result cannot be written: {error}")))
+    crate::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")
 }
 
 /// The overrides that let the plan's denials through, or `POLICY_DENIED`: every denial

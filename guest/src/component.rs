@@ -3,7 +3,9 @@
 
 wit_bindgen::generate!({ world: "fleet-planner", path: "../wit" });
 
-use compute::fleet::{methods, plugins, state, types};
+use std::io::{BufWriter, Write};
+
+use compute::fleet::{methods, output, plugins, state, types};
 use exports::compute::fleet::planner::Guest;
 
 use crate::plugins::{Finding, Subject};
@@ -14,16 +16,43 @@ struct Component;
 export!(Component);
 
 impl Guest for Component {
-    fn export(request: String) -> Result<String, types::Error> {
-        crate::export(&Imports, &request).map_err(into_wit_error)
+    fn export(request: String) -> Result<(), types::Error> {
+        written(|out| crate::export_to(&Imports, &request, out))
     }
 
-    fn plan(request: String) -> Result<String, types::Error> {
-        crate::plan(&Imports, &request).map_err(into_wit_error)
+    fn plan(request: String) -> Result<(), types::Error> {
+        written(|out| crate::plan_to(&Imports, &request, out))
     }
 
-    fn apply(request: String) -> Result<String, types::Error> {
-        crate::apply(&mut Imports, &request).map_err(into_wit_error)
+    fn apply(request: String) -> Result<(), types::Error> {
+        written(|out| crate::apply_to(&mut Imports, &request, out))
+    }
+}
+
+/// How much of a result the planner holds before handing it to the host.
+const CHUNK: usize = 64 << 10;
+
+/// Runs an entry point with its result handed to the host through `output.write`, a
+/// chunk at a time.
+fn written(call: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>) -> Result<(), types::Error> {
+    let mut out = BufWriter::with_capacity(CHUNK, Output);
+    let result = call(&mut out);
+    // An error's result is none: what is still buffered is not handed over.
+    let _unwritten = out.into_parts();
+    result.map_err(into_wit_error)
+}
+
+/// The result of the call in progress, as the host takes it.
+struct Output;
+
+impl Write for Output {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        output::write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 
+use crate::Error;
 use crate::document::{Document, FilledDocument};
 use crate::estate::Estate;
 use crate::state::Value;
-use crate::{Error, ErrorCode};
 
 #[derive(Serialize)]
 struct Exported<'a> {
@@ -36,11 +36,10 @@ pub(crate) fn document(estate: &Estate) -> Document {
 }
 
 /// `{"document": FleetConfig, "missing": [sections of modules not run]}` as JSON text.
-pub(crate) fn export(estate: &Estate) -> Result<String, Error> {
+pub(crate) fn export(estate: &Estate, out: impl std::io::Write) -> Result<(), Error> {
     let document = document(estate);
     let (running, missing): (Vec<usize>, Vec<usize>) = (0..estate.catalog.len()).partition(|&kind| estate.runs(kind));
     let missing = missing.into_iter().map(|kind| estate.kind(kind).section).collect();
     let exported = Exported { document: document.filled(&estate.catalog, running), missing };
-    serde_json::to_string(&exported)
-        .map_err(|error| Error::new(ErrorCode::Internal, format!("the export cannot be written: {error}")))
+    crate::write_json(out, &exported, "export")
 }

@@ -51,6 +51,8 @@ pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 pub use hash::idempotency_key;
 
+use std::io::Write;
+
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
 pub trait Host {
     fn caller(&self) -> Caller;
@@ -110,22 +112,53 @@ fn estate(host: &dyn Host, catalog: Catalog) -> Result<Estate, Error> {
 
 /// `{}` -> `{"document": FleetConfig, "missing": [...]}` (SPEC §6.1).
 pub fn export(host: &dyn Host, request: &str) -> Result<String, Error> {
-    document::parse_export(request)?;
-    export::export(&estate(host, catalog(host)?)?)
+    written(|out| export_to(host, request, out))
 }
 
 /// `{"document", "prune"?}` -> Plan (SPEC §6.2).
 pub fn plan(host: &dyn Host, request: &str) -> Result<String, Error> {
-    let (plan, _) = planned(host, request, false)?;
-    serde_json::to_string(&plan)
-        .map_err(|error| Error::new(ErrorCode::Internal, format!("the plan cannot be written: {error}")))
+    written(|out| plan_to(host, request, out))
 }
 
 /// `{"document", "prune"?, "planHash"?}` -> `{"plan", "applied"}` (SPEC §6.3).
 pub fn apply(host: &mut dyn Host, request: &str) -> Result<String, Error> {
+    written(|out| apply_to(host, request, out))
+}
+
+/// [`export`], its result written to `out` as it is made. After an error, what `out`
+/// was given is no result.
+pub fn export_to(host: &dyn Host, request: &str, out: impl Write) -> Result<(), Error> {
+    document::parse_export(request)?;
+    export::export(&estate(host, catalog(host)?)?, out)
+}
+
+/// [`plan`], its result written to `out` as it is made: the plan is never held whole
+/// as text. After an error, what `out` was given is no result.
+pub fn plan_to(host: &dyn Host, request: &str, out: impl Write) -> Result<(), Error> {
+    let (plan, _) = planned(host, request, false)?;
+    write_json(out, &plan, "plan")
+}
+
+/// [`apply`], its result written to `out` once the calls ran. After an error, what
+/// `out` was given is no result.
+pub fn apply_to(host: &mut dyn Host, request: &str, out: impl Write) -> Result<(), Error> {
     let (plan, request) = planned(&*host, request, true)?;
     let caller = host.caller();
-    apply::apply(host, &plan, &request, &caller)
+    apply::apply(host, &plan, &request, &caller, out)
+}
+
+/// A result written into memory, for callers that take it whole.
+fn written(write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> Result<String, Error> {
+    let mut out = Vec::new();
+    write(&mut out)?;
+    String::from_utf8(out).map_err(|_| Error::new(ErrorCode::Internal, "the planner wrote text that is not UTF-8"))
+}
+
+/// Writes `value` as JSON text to `out`, named `what` in the error.
+pub(crate) fn write_json(mut out: impl Write, value: &impl serde::Serialize, what: &str) -> Result<(), Error> {
+    serde_json::to_writer(&mut out, value)
+        .and_then(|()| out.flush().map_err(serde_json::Error::io))
+        .map_err(|error| Error::new(ErrorCode::Internal, format!("the {what} cannot be written: {error}")))
 }
 
 /// Authenticates, parses and validates a plan or apply request, reads the state once

@@ -7,7 +7,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { PlannerError, adapters, loadPlanner } from '../../console/planner.js';
+import { Output, PlannerError, adapters, loadPlanner } from '../../console/planner.js';
 import { REPO, componentInNode } from './support.mjs';
 
 const PLANS = join(REPO, 'guest/tests/plans');
@@ -74,4 +74,27 @@ test('the planner checks the state against its own kinds', async () => {
   const planner = await loadPlanner(module, getCoreModule, wrong);
   assert.throws(() => planner.export('{}'), (error) => error.code === 'INTERNAL' && /wrong type/.test(error.message));
   assert.throws(() => adapters({ caller: {}, pools: [{ id: 'p', vcpus: -1 }] }), { code: 'INVALID_ARGUMENT' });
+});
+
+test('a result larger than a chunk comes back whole', async () => {
+  const sites = Array.from({ length: 3000 }, (_, n) => ({
+    id: `site_${String(n).padStart(26, 'a')}`,
+    region: `région-ü-€-${n}`,
+  }));
+  const state = { caller: { tenant: 'acme', principal: 'alice' }, sites };
+  const output = new Output();
+  const root = await module.instantiate(getCoreModule, adapters(state, new Map(), output));
+  root.planner.export('{}');
+  assert.ok(output.chunks.length > 1, `the export came in ${output.chunks.length} chunk(s)`);
+  const regions = Object.values(JSON.parse(output.take()).document.sites).map((site) => site.region).sort();
+  assert.deepEqual(regions, sites.map((site) => site.region).sort());
+  assert.equal(output.take(), '', 'taking the result starts the next');
+});
+
+test('a character split between two chunks is decoded whole', () => {
+  const output = new Output();
+  const bytes = new TextEncoder().encode('"€"');
+  output.write(bytes.slice(0, 2));
+  output.write(bytes.slice(2));
+  assert.equal(output.take(), '"€"');
 });

@@ -8,7 +8,7 @@ use fleet_guest::Snapshot;
 use fleet_guest::plugins::Subject;
 use serde_json::Value;
 
-use super::compute::fleet::{methods, plugins, state, types};
+use super::compute::fleet::{methods, output, plugins, state, types};
 use super::state::Reader;
 use super::{Guest, into_wit_error};
 use crate::api::{ApiError, Code};
@@ -45,6 +45,20 @@ impl state::Host for Guest {
                 Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
             })
         })
+    }
+}
+
+impl output::Host for Guest {
+    /// The result grows by what the guest wrote, up to the memory budget, as when it had
+    /// to fit in the guest's memory: a result that would pass it traps the call, which
+    /// ends `RESOURCE_EXHAUSTED` as any exhausted memory does.
+    fn write(&mut self, chunk: Vec<u8>) -> wasmtime::Result<()> {
+        if self.output.len() + chunk.len() > self.limits.memory_bytes {
+            self.limits.exhausted = true;
+            return Err(wasmtime::Error::msg("the planner's result outgrew its memory budget"));
+        }
+        self.output.extend_from_slice(&chunk);
+        Ok(())
     }
 }
 

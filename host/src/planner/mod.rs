@@ -142,6 +142,9 @@ pub struct Guest {
     clock: Clock,
     /// The policy the planner said it runs (SPEC §14): a budget exhausted now is its.
     judging: Option<String>,
+    /// The result of the call so far, as the guest wrote it (`output.write`); at most
+    /// [`Limits::memory_bytes`], as when a result had to fit in the guest's memory.
+    output: Vec<u8>,
 }
 
 /// Where a call's time goes: the CPU budget counts what is not spent in host imports.
@@ -264,7 +267,7 @@ impl Sandbox {
         metrics.sandbox_instances.inc();
         let limits = Limits { memory_bytes: self.budget.memory_bytes, exhausted: false };
         let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
-        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock, judging: None };
+        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock, judging: None, output: Vec::new() };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
         // The epoch also advances while the host works in an import: when the deadline
@@ -287,13 +290,9 @@ impl Sandbox {
         let exhausted = store.data().limits.exhausted;
         let judging = store.data().judging.clone();
         let guest_time = store.data().clock.guest();
-        let session = store.into_data().session;
-        // A result is bounded by the memory budget: it was built in the guest's memory.
+        let Guest { session, output, .. } = store.into_data();
         let result = match result {
-            Ok(Ok(output)) => match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
-                Ok(_) => Ok(output),
-                Err(error) => Err(ApiError::internal(format_args!("the planner returned invalid JSON: {error}"))),
-            },
+            Ok(Ok(())) => checked_output(output),
             Ok(Err(error)) => Err(from_wit_error(error)),
             Err(trap) => {
                 let mut error = trap_error(&trap, exhausted, entry);
@@ -314,6 +313,16 @@ impl Sandbox {
         };
         crate::metrics::add_sandbox_time(guest_time);
         (session, result)
+    }
+}
+
+/// What the guest wrote, if it is JSON text: the host trusts no guest.
+fn checked_output(output: Vec<u8>) -> Result<String, ApiError> {
+    let output = String::from_utf8(output)
+        .map_err(|error| ApiError::internal(format_args!("the planner wrote text that is not UTF-8: {error}")))?;
+    match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
+        Ok(_) => Ok(output),
+        Err(error) => Err(ApiError::internal(format_args!("the planner returned invalid JSON: {error}"))),
     }
 }
 

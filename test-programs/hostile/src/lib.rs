@@ -1,5 +1,6 @@
 //! A hostile planner for the sandbox tests. It implements the real `fleet-planner`
-//! world, and misbehaves as the request asks: `loop`, `alloc`, `huge`, `trap`,
+//! world, and misbehaves as the request asks: `loop`, `alloc`, `trap`,
+//! `huge <bytes>` (a result of that size, written a MiB at a time and never held),
 //! `forge <method>` (invoke a method the planner must not reach), or `caller`.
 
 #[cfg(target_arch = "wasm32")]
@@ -7,7 +8,7 @@
 mod component {
     wit_bindgen::generate!({ world: "fleet-planner", path: "../../wit" });
 
-    use compute::fleet::{methods, state, types};
+    use compute::fleet::{methods, output, state, types};
     use exports::compute::fleet::planner::Guest;
 
     struct Hostile;
@@ -15,16 +16,19 @@ mod component {
     export!(Hostile);
 
     impl Guest for Hostile {
-        fn export(request: String) -> Result<String, types::Error> {
-            misbehave(&request)
+        fn export(request: String) -> Result<(), types::Error> {
+            output::write(misbehave(&request)?.as_bytes());
+            Ok(())
         }
 
-        fn plan(request: String) -> Result<String, types::Error> {
-            misbehave(&request)
+        fn plan(request: String) -> Result<(), types::Error> {
+            output::write(misbehave(&request)?.as_bytes());
+            Ok(())
         }
 
-        fn apply(request: String) -> Result<String, types::Error> {
-            misbehave(&request)
+        fn apply(request: String) -> Result<(), types::Error> {
+            output::write(misbehave(&request)?.as_bytes());
+            Ok(())
         }
     }
 
@@ -43,7 +47,17 @@ mod component {
                     std::hint::black_box(&hoard);
                 }
             }
-            ("huge", size) => Ok(format!("\"{}\"", "x".repeat(size.parse().unwrap_or(1 << 20)))),
+            ("huge", size) => {
+                let mut left: usize = size.parse().unwrap_or(1 << 20);
+                let chunk = vec![b'x'; 1 << 20];
+                output::write(b"\"");
+                while left > 0 {
+                    let part = left.min(chunk.len());
+                    output::write(&chunk[..part]);
+                    left -= part;
+                }
+                Ok("\"".to_owned())
+            }
             ("trap", _) => core::arch::wasm32::unreachable(),
             ("forge", rest) => {
                 let (method, input) = rest.split_once(' ').unwrap_or((rest, "{}"));
