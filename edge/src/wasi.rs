@@ -71,15 +71,47 @@ impl Origin for OverHttp {
     }
 }
 
+/// How a request to the origin failed.
+struct Failed {
+    why: String,
+    /// Whether the origin's connection broke before any answer came: nothing was read,
+    /// so the request (a read of the state, or a check) can be made again.
+    unanswered: bool,
+}
+
+impl Failed {
+    fn new(why: impl Into<String>) -> Failed {
+        Failed { why: why.into(), unanswered: false }
+    }
+}
+
 impl OverHttp {
-    /// POSTs `body` to the origin's `path`, with `Accept: accept` when given.
+    /// POSTs `body` to the origin's `path`, with `Accept: accept` when given; once
+    /// more when the connection broke before any answer (every request the edge makes
+    /// reads, and changes nothing).
     fn post(&self, path: &str, authorization: &str, accept: Option<&str>, body: &[u8]) -> Result<Reply, String> {
         let started = Instant::now();
-        let base = self.base.as_deref().ok_or("FLEET_ORIGIN is not set")?;
+        match self.post_once(started, path, authorization, accept, body) {
+            Err(failed) if failed.unanswered && started.elapsed() < STATE_DEADLINE => self
+                .post_once(started, path, authorization, accept, body)
+                .map_err(|again| format!("{} (and before that, {})", again.why, failed.why)),
+            result => result.map_err(|failed| failed.why),
+        }
+    }
+
+    fn post_once(
+        &self,
+        started: Instant,
+        path: &str,
+        authorization: &str,
+        accept: Option<&str>,
+        body: &[u8],
+    ) -> Result<Reply, Failed> {
+        let base = self.base.as_deref().ok_or_else(|| Failed::new("FLEET_ORIGIN is not set"))?;
         let (scheme, rest) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
             (Some(rest), _) => (Scheme::Http, rest),
             (_, Some(rest)) => (Scheme::Https, rest),
-            _ => return Err(format!("FLEET_ORIGIN {base:?} is not an http:// or https:// URL")),
+            _ => return Err(Failed::new(format!("FLEET_ORIGIN {base:?} is not an http:// or https:// URL"))),
         };
         let (authority, prefix) = match rest.find('/') {
             Some(slash) => (&rest[..slash], rest[slash..].trim_end_matches('/')),
@@ -94,7 +126,7 @@ impl OverHttp {
             headers.push(("accept".to_owned(), accept.as_bytes().to_vec()));
         }
         let headers = Fields::from_list(&headers)
-            .map_err(|error| format!("the request cannot carry these headers: {error:?}"))?;
+            .map_err(|error| Failed::new(format!("the request cannot carry these headers: {error:?}")))?;
         let request = OutgoingRequest::new(headers);
         let path = format!("{prefix}{path}");
         let set = request.set_method(&Method::Post).is_ok()
@@ -102,31 +134,35 @@ impl OverHttp {
             && request.set_authority(Some(authority)).is_ok()
             && request.set_path_with_query(Some(&path)).is_ok();
         if !set {
-            return Err(format!("FLEET_ORIGIN {base:?} does not make a request"));
+            return Err(Failed::new(format!("FLEET_ORIGIN {base:?} does not make a request")));
         }
-        let outgoing = request.body().map_err(|()| "the request body was taken")?;
+        let outgoing = request.body().map_err(|()| Failed::new("the request body was taken"))?;
         let options = RequestOptions::new();
         let nanos = |duration: Duration| Some(duration.as_nanos() as u64);
         // A host may not support a timeout; the overall deadline below still holds.
         let _ = options.set_connect_timeout(nanos(CONNECT_TIMEOUT));
         let _ = options.set_first_byte_timeout(nanos(BYTE_TIMEOUT));
         let _ = options.set_between_bytes_timeout(nanos(BYTE_TIMEOUT));
-        let future = outgoing_handler::handle(request, Some(options)).map_err(|error| format!("{error:?}"))?;
-        {
-            let mut stream = outgoing.write().map_err(|()| "the request stream was taken")?;
-            stream.write_all(body).map_err(|error| error.to_string())?;
-            stream.flush().map_err(|error| error.to_string())?;
-        }
-        OutgoingBody::finish(outgoing, None).map_err(|error| format!("{error:?}"))?;
+        let future =
+            outgoing_handler::handle(request, Some(options)).map_err(|error| Failed::new(format!("{error:?}")))?;
+        // A body the connection no longer takes says only that it broke: why, or the
+        // answer the origin gave anyway, is the response's to tell.
+        let unsent = send(outgoing, body).err();
         let response = loop {
             match future.get() {
                 Some(Ok(Ok(response))) => break response,
-                Some(Ok(Err(error))) => return Err(format!("{error:?}")),
-                Some(Err(())) => return Err("the response was taken".into()),
+                Some(Ok(Err(error))) => {
+                    let why = match &unsent {
+                        Some(unsent) => format!("{error:?} (the request's body: {unsent})"),
+                        None => format!("{error:?}"),
+                    };
+                    return Err(Failed { why, unanswered: true });
+                }
+                Some(Err(())) => return Err(Failed::new("the response was taken")),
                 None => {
                     let left = STATE_DEADLINE.saturating_sub(started.elapsed());
                     if left.is_zero() {
-                        return Err(format!("no answer within {}s", STATE_DEADLINE.as_secs()));
+                        return Err(Failed::new(format!("no answer within {}s", STATE_DEADLINE.as_secs())));
                     }
                     let ready = future.subscribe();
                     let timer = wasip2::clocks::monotonic_clock::subscribe_duration(left.as_nanos() as u64);
@@ -141,11 +177,22 @@ impl OverHttp {
             let values = headers.get("content-type");
             values.into_iter().next().and_then(|value| String::from_utf8(value).ok())
         };
-        let body = response.consume().map_err(|()| "the response body was taken")?;
-        let body = read_all(body, STATE_LIMIT, Some(started + STATE_DEADLINE))?
-            .ok_or_else(|| format!("the answer is larger than {} MiB", STATE_LIMIT >> 20))?;
+        let body = response.consume().map_err(|()| Failed::new("the response body was taken"))?;
+        let body = read_all(body, STATE_LIMIT, Some(started + STATE_DEADLINE))
+            .map_err(Failed::new)?
+            .ok_or_else(|| Failed::new(format!("the answer is larger than {} MiB", STATE_LIMIT >> 20)))?;
         Ok(Reply { status, content_type: content_type.unwrap_or_else(|| "application/json".into()), body })
     }
+}
+
+/// Writes a request's body and ends it.
+fn send(outgoing: OutgoingBody, body: &[u8]) -> Result<(), String> {
+    {
+        let mut stream = outgoing.write().map_err(|()| "the request stream was taken")?;
+        stream.write_all(body).map_err(|error| error.to_string())?;
+        stream.flush().map_err(|error| error.to_string())?;
+    }
+    OutgoingBody::finish(outgoing, None).map_err(|error| format!("{error:?}"))
 }
 
 /// Reads a body whole: `None` when it is larger than `limit`; an error when it breaks
@@ -153,7 +200,7 @@ impl OverHttp {
 fn read_all(body: IncomingBody, limit: usize, deadline: Option<Instant>) -> Result<Option<Vec<u8>>, String> {
     let mut bytes = Vec::new();
     {
-        let mut stream = body.stream().map_err(|()| "the body stream was taken")?;
+        let stream = body.stream().map_err(|()| "the body stream was taken")?;
         loop {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err("the answer did not arrive in time".into());
