@@ -53,7 +53,7 @@ pub(crate) fn apply(
     let overrides = overridden(plan, &request.overrides, caller)?;
     let mut applied = 0;
     for call in &plan.calls {
-        host.invoke(&call.method, &call.invoke_input()?)?;
+        host.invoke(&call.method.to_string(), &call.invoke_input()?)?;
         applied += 1;
     }
     crate::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")

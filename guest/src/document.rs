@@ -510,7 +510,7 @@ fn parse_value(
                 let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
                 match target {
                     Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
-                        Some(Value::Text(text.clone()))
+                        Some(Value::Text(text.as_str().into()))
                     }
                     _ => {
                         let a = target.map_or_else(String::new, |(_, descriptor)| descriptor.a());
@@ -518,7 +518,7 @@ fn parse_value(
                     }
                 }
             }
-            _ => Some(Value::Text(text.clone())),
+            _ => Some(Value::Text(text.as_str().into())),
         },
         (_, _) => fail("must be a string".to_owned()),
     }

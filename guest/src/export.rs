@@ -23,7 +23,7 @@ pub(crate) fn document(estate: &Estate) -> Document {
             for object in estate.objects(kind).iter().filter(|object| !object.archived) {
                 let values = (0..descriptor.fields.len())
                     .map(|index| match estate.catalog.target(kind, index) {
-                        Some(target) => Value::Text(estate.key_of(target, object.values[index].as_text()).to_owned()),
+                        Some(target) => Value::Text(estate.key_of(target, object.values[index].as_text()).into()),
                         None => object.values[index].clone(),
                     })
                     .collect();

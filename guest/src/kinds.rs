@@ -331,8 +331,28 @@ impl Descriptor {
     }
 
     /// `compute.<group>.<verb>`.
-    pub fn method(&self, verb: &str) -> String {
-        format!("compute.{}.{verb}", self.group)
+    pub fn method(&self, verb: &'static str) -> Method {
+        Method { group: self.group, verb }
+    }
+}
+
+/// A module method, `compute.<group>.<verb>`: held as its two parts, which every call of
+/// a large plan shares, and written whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Method {
+    group: &'static str,
+    verb: &'static str,
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "compute.{}.{}", self.group, self.verb)
+    }
+}
+
+impl serde::Serialize for Method {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 

@@ -8,7 +8,7 @@ use serde::{Serialize, Serializer};
 use crate::document::{Move, PlanRequest, Problems, pointer};
 use crate::estate::{Estate, Renamed};
 use crate::hash;
-use crate::kinds::{Descriptor, Removal, Rule};
+use crate::kinds::{Descriptor, Method, Removal, Rule};
 use crate::plugins::{Subject, object_json};
 use crate::policy::{CanonicalJudgement, Judgement};
 use crate::state::{Object, Value};
@@ -82,7 +82,7 @@ impl Serialize for Fields {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Call {
-    pub(crate) method: String,
+    pub(crate) method: Method,
     pub(crate) input: Fields,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idempotency_key: Option<String>,
@@ -93,7 +93,7 @@ impl Call {
     pub(crate) fn invoke_input(&self) -> Result<String, Error> {
         let mut input = self.input.clone();
         if let Some(key) = &self.idempotency_key {
-            input.0.push(("idempotencyKey", Value::Text(key.clone())));
+            input.0.push(("idempotencyKey", Value::Text(key.as_str().into())));
         }
         serde_json::to_string(&input)
             .map_err(|error| Error::new(ErrorCode::Internal, format!("a call cannot be written: {error}")))
@@ -191,7 +191,7 @@ fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::O
         CanonicalMap([
             ("idempotencyKey", idempotency_key.as_deref().map(Member::Text)),
             ("input", Some(Member::Fields(input))),
-            ("method", Some(Member::Text(method))),
+            ("method", Some(Member::Method(method))),
         ])
     }))
 }
@@ -216,6 +216,7 @@ struct CanonicalMap<'a, const N: usize>([(&'static str, Option<Member<'a>>); N])
 
 enum Member<'a> {
     Text(&'a str),
+    Method(&'a Method),
     /// Written with its fields sorted by name.
     Fields(&'a Fields),
     /// `[{"field", "from", "to"}]`, `from` null for a new value.
@@ -234,6 +235,7 @@ impl Serialize for Member<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             Member::Text(text) => serializer.serialize_str(text),
+            Member::Method(method) => method.serialize(serializer),
             Member::Fields(fields) => {
                 let mut sorted: Vec<&(&str, Value)> = fields.0.iter().collect();
                 sorted.sort_by_key(|(name, _)| *name);
@@ -346,6 +348,11 @@ pub(crate) fn plan(
     };
     planner.resolve_keys(request, &mut problems);
     problems.into_result()?;
+    // Every create is a change and a call: room for those at once, so that a large plan
+    // is not copied as it grows, nor left with a growth's slack.
+    let creates = planner.entries.iter().flatten().filter(|entry| matches!(entry.target, Target::Create(_))).count();
+    planner.plan.changes.reserve(creates);
+    planner.plan.calls.reserve(creates);
     if !request.document.moved.is_empty() {
         planner.plan.summary.rename = Some(0);
     }
@@ -523,8 +530,10 @@ impl<'a> Planner<'a> {
             }
         }
 
-        // Changed fields, in alphabetical order, with `from` as export would show it.
-        let mut changes: Vec<FieldChange> = Vec::new();
+        // Changed fields, in alphabetical order, with `from` as export would show it. A
+        // create changes every field: room for exactly those, none to spare (a large
+        // plan holds one per field of every create).
+        let mut changes: Vec<FieldChange> = Vec::with_capacity(if current.is_none() { fields.len() } else { 0 });
         let mut changed: Vec<usize> = Vec::new();
         for &index in &self.alphabetical[kind] {
             let field = &fields[index];
@@ -541,7 +550,7 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let from = match target {
-                Some(target) => Value::Text(estate.key_of(target, current.values[index].as_text()).to_owned()),
+                Some(target) => Value::Text(estate.key_of(target, current.values[index].as_text()).into()),
                 None => current.values[index].clone(),
             };
             let (was, to) = (from.display(), values[index].display());
@@ -599,11 +608,11 @@ impl<'a> Planner<'a> {
         }
 
         let resolved_value = |index: usize| match resolved[index] {
-            Some(id) => Value::Text(id.to_owned()),
+            Some(id) => Value::Text(id.into()),
             None => values[index].clone(),
         };
         let id = id();
-        let identity = (descriptor.identity_name(), Value::Text(id.as_deref().unwrap_or(key).to_owned()));
+        let identity = (descriptor.identity_name(), Value::Text(id.as_deref().unwrap_or(key).into()));
         let Some(current) = current else {
             let mut input = Fields(vec![identity]);
             input.0.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
@@ -723,7 +732,7 @@ impl<'a> Planner<'a> {
         for (index, value) in values.iter_mut().enumerate() {
             if let Some(target) = self.estate.catalog.target(kind, index) {
                 let current = current.map(|current| current.values[index].as_text());
-                *value = Value::Text(self.resolve(target, value.as_text(), current)?.to_owned());
+                *value = Value::Text(self.resolve(target, value.as_text(), current)?.into());
             }
         }
         Some(values)
@@ -883,10 +892,10 @@ fn free_id(estate: &Estate, kind: usize, key: &str) -> Option<String> {
         .find(|id| estate.get(kind, id).is_none())
 }
 
-fn removal_call(kind: &Descriptor, verb: &str, key: &str) -> Call {
+fn removal_call(kind: &Descriptor, verb: &'static str, key: &str) -> Call {
     Call {
         method: kind.method(verb),
-        input: Fields(vec![(kind.identity_name(), Value::Text(key.to_owned()))]),
+        input: Fields(vec![(kind.identity_name(), Value::Text(key.into()))]),
         idempotency_key: None,
     }
 }
@@ -963,8 +972,8 @@ mod tests {
         plan(&mut estate, &request, problems, &snapshot).unwrap()
     }
 
-    fn methods(plan: &Plan) -> Vec<&str> {
-        plan.calls.iter().map(|call| call.method.as_str()).collect()
+    fn methods(plan: &Plan) -> Vec<String> {
+        plan.calls.iter().map(|call| call.method.to_string()).collect()
     }
 
     #[test]
@@ -1035,6 +1044,6 @@ mod tests {
             json!({"flavors": {}}),
             true,
         );
-        assert!(!methods(&plan).contains(&"compute.pools.archive"));
+        assert!(!methods(&plan).contains(&"compute.pools.archive".to_owned()));
     }
 }

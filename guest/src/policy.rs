@@ -527,7 +527,7 @@ impl Values {
     pub(crate) fn value(&mut self, value: &crate::state::Value) -> Rego {
         use crate::state::Value;
         match value {
-            Value::Text(text) => Rego::from(text.as_str()),
+            Value::Text(text) => Rego::from(&**text),
             Value::Count(count) => Rego::from(*count),
             Value::Bool(flag) => Rego::from(*flag),
             Value::Map(map) => {

@@ -22,6 +22,7 @@
 //!   any of its fields; a row gives each at most once, absent ones take their defaults.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value as Json};
@@ -49,7 +50,7 @@ pub struct Caller {
 /// document, an id in state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    Text(String),
+    Text(Arc<str>),
     Count(u64),
     Bool(bool),
     Map(StringMap),
@@ -59,7 +60,7 @@ impl Value {
     /// The default of an omitted field (SPEC §5): `""`, `0`, `false`, `{}`.
     pub fn default_of(ty: FieldType) -> Value {
         match ty {
-            FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::Text(String::new()),
+            FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::Text("".into()),
             FieldType::Count => Value::Count(0),
             FieldType::Bool => Value::Bool(false),
             FieldType::Map => Value::Map(StringMap::new()),
@@ -96,7 +97,7 @@ impl Value {
     pub fn display(&self) -> String {
         match self {
             Value::Text(text) if text.is_empty() => "\"\"".to_owned(),
-            Value::Text(text) => text.clone(),
+            Value::Text(text) => text.to_string(),
             Value::Count(count) => count.to_string(),
             Value::Bool(flag) => flag.to_string(),
             Value::Map(map) => serde_json::to_string(map).unwrap_or_default(),
@@ -107,7 +108,7 @@ impl Value {
     /// strings.
     pub fn from_json(json: &Json) -> Option<Value> {
         match json {
-            Json::String(text) => Some(Value::Text(text.clone())),
+            Json::String(text) => Some(Value::Text(text.as_str().into())),
             Json::Bool(flag) => Some(Value::Bool(*flag)),
             Json::Object(map) => map
                 .iter()
@@ -593,7 +594,7 @@ impl<'a> Reader<'a> {
 
     fn value(&mut self) -> Result<Value, Error> {
         Ok(match self.byte()? {
-            TEXT => Value::Text(self.text()?.to_owned()),
+            TEXT => Value::Text(self.text()?.into()),
             COUNT => Value::Count(self.u64()?),
             BOOL => Value::Bool(self.byte()? != 0),
             MAP => {
@@ -616,7 +617,7 @@ impl<'a> Reader<'a> {
             let column = self.u32()? as usize;
             let column = *columns.get(column).ok_or_else(|| malformed("a value of no column"))?;
             match (column, self.value()?) {
-                (Column::Key, Value::Text(text)) => key = Some(text),
+                (Column::Key, Value::Text(text)) => key = Some(text.to_string()),
                 (Column::Archived, Value::Bool(flag)) => archived = flag,
                 (Column::Field(position), value) if value.fits(kind.fields[position].ty) => values[position] = value,
                 _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),

@@ -46,7 +46,10 @@ fn summary(kind: &Descriptor, values: &[Value]) -> String {
 
 /// `+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)`.
 pub(crate) fn create(kind: &Descriptor, key: &str, values: &[Value]) -> String {
-    format!("+ {} {key}: create ({})", kind.kind, summary(kind, values))
+    let mut text = format!("+ {} {key}: create ({})", kind.kind, summary(kind, values));
+    // A large plan holds one per create: without the room formatting left to spare.
+    text.shrink_to_fit();
+    text
 }
 
 /// `~ pool gpu-a: update (gpus 32 -> 64, vcpus 256 -> 512)`.
@@ -87,7 +90,7 @@ mod tests {
     use crate::kinds::{OFFER, POOL};
 
     fn text(text: &str) -> Value {
-        Value::Text(text.to_owned())
+        Value::Text(text.into())
     }
 
     #[test]

@@ -589,7 +589,7 @@ fn set_archived(module: &Module, ctx: &Ctx, body: Value, archived: bool) -> Resu
 fn audit(
     ctx: &Ctx,
     module: &Module,
-    method: &str,
+    method: &'static str,
     before: Option<&Object>,
     after: Option<&Object>,
 ) -> Result<(), ApiError> {
@@ -610,7 +610,7 @@ fn audit(
         changes.push(FieldChange { field: "archived", from: archived_before.as_ref(), to: archived_after.as_ref() });
     }
     let key = after.or(before).map(|object| object.key.as_str()).unwrap_or_default();
-    crate::audit::record(ctx, &module.kind.method(method), module.kind.kind, key, &changes)
+    crate::audit::record(ctx, &module.kind.method(method).to_string(), module.kind.kind, key, &changes)
 }
 
 fn archive(module: &Module, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
