@@ -48,6 +48,9 @@ pub struct Caller {
 
 /// One field's value. References are [`Value::Text`]: a document key (or id) in a
 /// document, an id in state.
+///
+/// Text is shared: a plan repeats most of a document's values (what each change sets a
+/// field to, and each call's input), and a clone is no copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     Text(Arc<str>),
