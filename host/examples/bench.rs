@@ -293,6 +293,18 @@ fn main() -> Result<()> {
     }
 }
 
+/// POSTs `body` to the fleet method `method` of the server at `base` as `token`, and
+/// returns the answer's text; an error when it is not a success.
+async fn post_fleet(http: &reqwest::Client, base: &str, token: &str, method: &str, body: String) -> Result<String> {
+    let response = http.post(format!("{base}/api/compute/fleet/{method}")).bearer_auth(token).body(body).send().await?;
+    let status = response.status();
+    let text = response.text().await?;
+    if !status.is_success() {
+        bail!("{method} failed: {text}");
+    }
+    Ok(text)
+}
+
 /// The server of `server_rss_mib`, in a process of its own: `fleet serve`'s defaults
 /// on a new SQLite file, one tenant with a token, until stdin closes.
 async fn serve_alone(db: std::path::PathBuf) -> Result<()> {
@@ -329,18 +341,8 @@ async fn server_rss_mib(document: &Value, changed: &Value, runs: usize) -> Resul
         .context("the server process said nothing")??;
     let (base, token) = line.split_once(' ').context("the server process said no token")?;
     let http = reqwest::Client::new();
-    let post = |method: &'static str, body: &Value| {
-        let request = http.post(format!("{base}/api/compute/fleet/{method}")).bearer_auth(token);
-        let body = json!({"document": body}).to_string();
-        async move {
-            let response = request.body(body).send().await?;
-            let status = response.status();
-            let text = response.text().await?;
-            if !status.is_success() {
-                bail!("the server alone failed to {method}: {}", &text[..text.len().min(300)]);
-            }
-            Ok(())
-        }
+    let post = |method: &'static str, document: &Value| {
+        post_fleet(&http, base, token, method, json!({"document": document}).to_string())
     };
     let result = async {
         post("apply", document).await?;
@@ -392,16 +394,7 @@ async fn run(args: Args) -> Result<()> {
     let http = reqwest::Client::new();
     let post_as = |token: &String, method: &'static str, body: String| {
         let (http, base, token) = (http.clone(), base.clone(), token.clone());
-        async move {
-            let response =
-                http.post(format!("{base}/api/compute/fleet/{method}")).bearer_auth(token).body(body).send().await?;
-            let status = response.status();
-            let text = response.text().await?;
-            if !status.is_success() {
-                bail!("{method} failed: {text}");
-            }
-            Ok::<String, anyhow::Error>(text)
-        }
+        async move { post_fleet(&http, &base, &token, method, body).await }
     };
     let post = |method: &'static str, body: String| post_as(&token, method, body);
     let answer = |text: String| -> Result<Value> { Ok(serde_json::from_str(&text)?) };
