@@ -21,11 +21,11 @@ impl Guest for Component {
     }
 
     fn plan(request: String) -> Result<(), types::Error> {
-        written(|out| crate::plan_to(&Imports, &request, out))
+        written(|out| crate::plan_to(&Imports, request, out))
     }
 
     fn apply(request: String) -> Result<(), types::Error> {
-        written(|out| crate::apply_to(&mut Imports, &request, out))
+        written(|out| crate::apply_to(&mut Imports, request, out))
     }
 }
 

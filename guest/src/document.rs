@@ -3,7 +3,9 @@
 //! document the planner reads.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use rustc_hash::FxHashSet as HashSet;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
@@ -15,13 +17,36 @@ use crate::kinds::{Catalog, Descriptor, FieldType, RESERVED, with_article};
 use crate::state::{StringMap, Value};
 use crate::{Error, ErrorCode, json};
 
+mod streamed;
+
 /// A validated FleetConfig: per kind (by its position in the catalogue), objects by key
 /// with every field filled in (defaults for omitted ones), in descriptor order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Document {
-    pub(crate) sections: Vec<BTreeMap<String, Vec<Value>>>,
+    pub(crate) sections: Vec<Section>,
     /// Renames (SPEC §15), sorted by kind and `from`.
     pub(crate) moved: Vec<Move>,
+}
+
+/// A document's objects of one kind: key -> every field's value, in descriptor order.
+/// Keys and values are shared, not copied, by the plan that repeats them.
+pub(crate) type Section = BTreeMap<Arc<str>, Arc<[Value]>>;
+
+/// The strings of a document being read, each held once however often the document
+/// repeats it: a large document names the same sites, accounts, classes and owners over
+/// and over, and references repeat the keys they name.
+#[derive(Default)]
+pub(crate) struct Strings(HashSet<Arc<str>>);
+
+impl Strings {
+    pub(crate) fn get(&mut self, text: &str) -> Arc<str> {
+        if let Some(known) = self.0.get(text) {
+            return known.clone();
+        }
+        let text: Arc<str> = text.into();
+        self.0.insert(text.clone());
+        text
+    }
 }
 
 /// `{"kind", "from", "to"}`: the object bound to the name `from` is now named `to`.
@@ -44,7 +69,7 @@ impl Document {
         Document { sections: vec![BTreeMap::new(); catalog.len()], moved: Vec::new() }
     }
 
-    pub(crate) fn section(&self, kind: usize) -> &BTreeMap<String, Vec<Value>> {
+    pub(crate) fn section(&self, kind: usize) -> &Section {
         &self.sections[kind]
     }
 
@@ -100,14 +125,14 @@ impl Serialize for FilledDocument<'_> {
 struct FilledSection<'a> {
     descriptor: &'static Descriptor,
     order: &'a [usize],
-    objects: &'a BTreeMap<String, Vec<Value>>,
+    objects: &'a Section,
 }
 
 impl Serialize for FilledSection<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (descriptor, order) = (self.descriptor, self.order);
         serializer
-            .collect_map(self.objects.iter().map(|(key, values)| (key, FilledObject { descriptor, order, values })))
+            .collect_map(self.objects.iter().map(|(key, values)| (&**key, FilledObject { descriptor, order, values })))
     }
 }
 
@@ -151,6 +176,10 @@ const MAX_REASON: usize = 1000;
 pub(crate) struct Problems(Vec<Problem>);
 
 impl Problems {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub(crate) fn push(&mut self, path: String, message: impl Into<String>) {
         self.0.push(Problem { path, message: message.into() });
     }
@@ -217,39 +246,52 @@ pub(crate) fn parse_plan(
     request: &str,
     plan_hash_allowed: bool,
 ) -> Result<(PlanRequest, Problems), Error> {
+    if let Some(valid) = streamed::valid_request(catalog, request, plan_hash_allowed) {
+        return Ok((valid, Problems::default()));
+    }
     let map = parse_json(request)?;
     let mut problems = Problems::default();
-    let mut parsed =
-        PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None, overrides: Vec::new() };
+    let mut parsed = PlanRequest::new(catalog);
     for (key, value) in &map {
-        match key.as_str() {
-            "document" => match value {
-                Json::Object(document) => parsed.document = parse_document(catalog, document, &mut problems),
-                _ => problems.push(pointer(&["document"]), "the document must be an object"),
-            },
-            "prune" => match value {
-                Json::Bool(prune) => parsed.prune = *prune,
-                _ => problems.push(pointer(&["prune"]), "must be a boolean"),
-            },
-            "planHash" if plan_hash_allowed => match value {
-                Json::String(plan_hash) if is_plan_hash(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
-                _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
-            },
-            "overrides" if plan_hash_allowed => parsed.overrides = parse_overrides(value, &mut problems),
-            // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
-            // host's to keep; the plan is the same either way.
-            "heal" if plan_hash_allowed => {
-                if !matches!(value, Json::Bool(_)) {
-                    problems.push(pointer(&["heal"]), "must be a boolean");
-                }
-            }
-            _ => problems.push(pointer(&[key]), "unknown field"),
+        match (key.as_str(), value) {
+            ("document", Json::Object(document)) => parsed.document = parse_document(catalog, document, &mut problems),
+            ("document", _) => problems.push(pointer(&["document"]), "the document must be an object"),
+            (key, value) => parse_member(&mut parsed, key, value, plan_hash_allowed, &mut problems),
         }
     }
     if !map.contains_key("document") {
         problems.push(pointer(&["document"]), "the document is required");
     }
     Ok((parsed, problems))
+}
+
+impl PlanRequest {
+    fn new(catalog: &Catalog) -> PlanRequest {
+        PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None, overrides: Vec::new() }
+    }
+}
+
+/// A member of a plan or apply request other than its document.
+fn parse_member(parsed: &mut PlanRequest, key: &str, value: &Json, plan_hash_allowed: bool, problems: &mut Problems) {
+    match key {
+        "prune" => match value {
+            Json::Bool(prune) => parsed.prune = *prune,
+            _ => problems.push(pointer(&["prune"]), "must be a boolean"),
+        },
+        "planHash" if plan_hash_allowed => match value {
+            Json::String(plan_hash) if is_plan_hash(plan_hash) => parsed.plan_hash = Some(plan_hash.clone()),
+            _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
+        },
+        "overrides" if plan_hash_allowed => parsed.overrides = parse_overrides(value, problems),
+        // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
+        // host's to keep; the plan is the same either way.
+        "heal" if plan_hash_allowed => {
+            if !matches!(value, Json::Bool(_)) {
+                problems.push(pointer(&["heal"]), "must be a boolean");
+            }
+        }
+        _ => problems.push(pointer(&[key]), "unknown field"),
+    }
 }
 
 /// `[{"policy": name, "reason": text}]`, each policy named once.
@@ -301,29 +343,49 @@ fn parse_overrides(value: &Json, problems: &mut Problems) -> Vec<Override> {
 
 fn parse_document(catalog: &Catalog, document: &Map<String, Json>, problems: &mut Problems) -> Document {
     let mut parsed = Document::new(catalog);
+    let mut strings = Strings::default();
     for (section, objects) in document {
         if section == MOVED {
             parsed.moved = parse_moves(catalog, objects, problems);
             continue;
         }
-        let Some(kind) = catalog.by_section(section) else {
-            let sections: Vec<&str> = catalog.iter().map(|(_, kind)| kind.section).collect();
-            problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
-            continue;
-        };
+        let Some(kind) = section_kind(catalog, section, problems) else { continue };
         let Json::Object(objects) = objects else {
             problems.push(pointer(&[section]), "a section must be an object of objects by key");
             continue;
         };
         for (key, object) in objects {
-            let key_is_valid = check_key(catalog, kind, key, problems);
-            let values = parse_object(catalog, catalog.get(kind), key, object, problems);
-            if let (true, Some(values)) = (key_is_valid, values) {
-                parsed.sections[kind].insert(key.clone(), values);
-            }
+            parse_entry(catalog, kind, key, object, &mut strings, problems, &mut parsed.sections[kind]);
         }
     }
     parsed
+}
+
+/// The kind whose section is named `section`.
+fn section_kind(catalog: &Catalog, section: &str, problems: &mut Problems) -> Option<usize> {
+    let kind = catalog.by_section(section);
+    if kind.is_none() {
+        let sections: Vec<&str> = catalog.iter().map(|(_, kind)| kind.section).collect();
+        problems.push(pointer(&[section]), format!("unknown section; the sections are {}", sections.join(", ")));
+    }
+    kind
+}
+
+/// One object of a section: its key and fields checked, and kept when both are valid.
+fn parse_entry(
+    catalog: &Catalog,
+    kind: usize,
+    key: &str,
+    object: &Json,
+    strings: &mut Strings,
+    problems: &mut Problems,
+    section: &mut Section,
+) {
+    let key_is_valid = check_key(catalog, kind, key, problems);
+    let values = parse_object(catalog, catalog.get(kind), key, object, strings, problems);
+    if let (true, Some(values)) = (key_is_valid, values) {
+        section.insert(strings.get(key), values.into());
+    }
 }
 
 /// `moved`: `[{"kind", "from", "to"}]` of kinds whose objects are named by bindings,
@@ -432,6 +494,7 @@ fn parse_object(
     descriptor: &Descriptor,
     key: &str,
     object: &Json,
+    strings: &mut Strings,
     problems: &mut Problems,
 ) -> Option<Vec<Value>> {
     let Json::Object(object) = object else {
@@ -454,7 +517,7 @@ fn parse_object(
             continue;
         };
         let field = &fields[position];
-        match parse_value(catalog, field.ty, field.required, value, path, problems) {
+        match parse_value(catalog, field.ty, field.required, value, path, strings, problems) {
             Some(value) => values[position] = value,
             None => valid = false,
         }
@@ -473,6 +536,7 @@ fn parse_value(
     required: bool,
     value: &Json,
     path: impl Fn() -> String,
+    strings: &mut Strings,
     problems: &mut Problems,
 ) -> Option<Value> {
     let mut fail = |message: String| {
@@ -510,7 +574,7 @@ fn parse_value(
                 let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
                 match target {
                     Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
-                        Some(Value::Text(text.as_str().into()))
+                        Some(Value::Text(strings.get(text)))
                     }
                     _ => {
                         let a = target.map_or_else(String::new, |(_, descriptor)| descriptor.a());
@@ -518,7 +582,7 @@ fn parse_value(
                     }
                 }
             }
-            _ => Some(Value::Text(text.as_str().into())),
+            _ => Some(Value::Text(strings.get(text))),
         },
         (_, _) => fail("must be a string".to_owned()),
     }
@@ -655,7 +719,7 @@ mod tests {
                 .unwrap();
         let offer = &request.document.section(4)["o"];
         assert_eq!(
-            offer,
+            &offer[..],
             &[Value::Text("p".into()), Value::Text("t".into()), Value::Count(0), Value::Count(0), Value::Count(0)]
         );
     }

@@ -27,7 +27,7 @@ pub(crate) fn document(estate: &Estate) -> Document {
                         None => object.values[index].clone(),
                     })
                     .collect();
-                section.insert(estate.key_of(kind, &object.key).to_owned(), values);
+                section.insert(estate.key_of(kind, &object.key).into(), values);
             }
         }
         document.sections.push(section);

@@ -1,5 +1,7 @@
 //! Derivations of SPEC §6.2: planned ids, idempotency keys and the plan hash.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -34,7 +36,35 @@ pub(crate) fn planned_id_again(caller: &Caller, kind: &Descriptor, key: &str, ag
 
 /// The idempotency key of a create: `fleet:<tenant>:<kind>:<key>`.
 pub fn idempotency_key(tenant: &str, kind: &str, key: &str) -> String {
-    format!("fleet:{tenant}:{kind}:{key}")
+    let mut written = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_idempotency_key(&mut written, tenant, kind, key);
+    written
+}
+
+fn write_idempotency_key(out: &mut impl std::fmt::Write, tenant: &str, kind: &str, key: &str) -> std::fmt::Result {
+    write!(out, "fleet:{tenant}:{kind}:{key}")
+}
+
+/// A planned create's [`idempotency_key`], held as its parts (which the plan shares)
+/// and written whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IdempotencyKey {
+    pub(crate) tenant: Arc<str>,
+    pub(crate) kind: &'static str,
+    pub(crate) key: Arc<str>,
+}
+
+impl std::fmt::Display for IdempotencyKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write_idempotency_key(formatter, &self.tenant, self.kind, &self.key)
+    }
+}
+
+impl Serialize for IdempotencyKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`.

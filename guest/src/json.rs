@@ -137,8 +137,25 @@ impl Context {
     }
 }
 
+/// For readers that take JSON text apart themselves (`document::streamed`): values read
+/// with the checks of [`parse`], and whether any of their strings had a control
+/// character. Keys the reader reads itself are its own to check.
+#[derive(Default)]
+pub(crate) struct Strict(Context);
+
+impl Strict {
+    /// Reads one value; a key twice in one of its objects is an error.
+    pub(crate) fn value(&self) -> ValueSeed<'_> {
+        ValueSeed(&self.0)
+    }
+
+    pub(crate) fn saw_control(&self) -> bool {
+        self.0.control.get()
+    }
+}
+
 #[derive(Clone, Copy)]
-struct ValueSeed<'a>(&'a Context);
+pub(crate) struct ValueSeed<'a>(&'a Context);
 
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     type Value = Value;

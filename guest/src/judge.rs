@@ -74,14 +74,14 @@ fn change_value(estate: &Estate, request: &PlanRequest, change: &Change, values:
             .map_or(Rego::Null, |fields| fields_value(descriptor, fields, values)),
     };
     let fields: Vec<Rego> = change
-        .fields
-        .iter()
-        .map(|field| {
-            let from = field.from.as_ref().map_or(Rego::Null, |from| values.value(from));
+        .fields()
+        .into_iter()
+        .map(|(field, from, to)| {
+            let from = from.map_or(Rego::Null, |from| values.value(from));
             object([
-                (values.name("field"), values.name(field.field)),
+                (values.name("field"), values.name(field)),
                 (values.name("from"), from),
-                (values.name("to"), values.value(&field.to)),
+                (values.name("to"), values.value(to)),
             ])
         })
         .collect();
@@ -90,7 +90,7 @@ fn change_value(estate: &Estate, request: &PlanRequest, change: &Change, values:
         (values.name("kind"), values.name(change.kind)),
         (values.name("key"), values.text(&change.key)),
         (values.name("fields"), Rego::from(fields)),
-        (values.name("text"), values.text(&change.text)),
+        (values.name("text"), values.text(&change.text())),
         (values.name("before"), before),
         (values.name("after"), after),
         (values.name("reason"), values.name(if from_prune { "prune" } else { "document" })),
@@ -131,12 +131,12 @@ fn estate_after(estate: &Estate, request: &PlanRequest, plan: &Plan, values: &mu
         for (key, fields) in request.document.section(kind) {
             // The key export gives the object this key names, if it is not this one.
             let id = match estate.catalog.id_kind(key) == Some(kind) {
-                true => Some(key.as_str()),
+                true => Some(&**key),
                 false => estate.bound(kind, key),
             };
             if let Some(id) = id
                 && let exported = estate.key_of(kind, id)
-                && exported != key
+                && exported != &**key
             {
                 section.remove(exported);
             }
@@ -145,7 +145,7 @@ fn estate_after(estate: &Estate, request: &PlanRequest, plan: &Plan, values: &mu
     }
     for change in plan.changes.iter().filter(|change| matches!(change.action, Action::Delete | Action::Archive)) {
         if let Some(kind) = estate.catalog.by_kind(change.kind)
-            && plan.blocked.iter().all(|blocked| blocked.kind != change.kind || blocked.key != change.key)
+            && plan.blocked.iter().all(|blocked| blocked.kind != change.kind || *blocked.key != *change.key)
         {
             document.sections[kind].remove(&change.key);
         }

@@ -51,6 +51,7 @@ pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 pub use hash::idempotency_key;
 
+use std::borrow::Cow;
 use std::io::Write;
 
 /// What the planner may ask of the host that runs it: the module adapters of `wit/`.
@@ -133,16 +134,18 @@ pub fn export_to(host: &dyn Host, request: &str, out: impl Write) -> Result<(), 
 }
 
 /// [`plan`], its result written to `out` as it is made: the plan is never held whole
-/// as text. After an error, what `out` was given is no result.
-pub fn plan_to(host: &dyn Host, request: &str, out: impl Write) -> Result<(), Error> {
-    let (plan, _) = planned(host, request, false)?;
+/// as text. A request given as a `String` is let go once it is read. After an error,
+/// what `out` was given is no result.
+pub fn plan_to<'r>(host: &dyn Host, request: impl Into<Cow<'r, str>>, out: impl Write) -> Result<(), Error> {
+    let (plan, _) = planned(host, request.into(), false)?;
     write_json(out, &plan, "plan")
 }
 
-/// [`apply`], its result written to `out` once the calls ran. After an error, what
-/// `out` was given is no result.
-pub fn apply_to(host: &mut dyn Host, request: &str, out: impl Write) -> Result<(), Error> {
-    let (plan, request) = planned(&*host, request, true)?;
+/// [`apply`], its result written to `out` once the calls ran. A request given as a
+/// `String` is let go once it is read. After an error, what `out` was given is no
+/// result.
+pub fn apply_to<'r>(host: &mut dyn Host, request: impl Into<Cow<'r, str>>, out: impl Write) -> Result<(), Error> {
+    let (plan, request) = planned(&*host, request.into(), true)?;
     let caller = host.caller();
     apply::apply(host, &plan, &request, &caller, out)
 }
@@ -162,8 +165,10 @@ pub(crate) fn write_json(mut out: impl Write, value: &impl serde::Serialize, wha
 }
 
 /// Authenticates, parses and validates a plan or apply request, reads the state once
-/// and plans. Returns the plan and the request.
-fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan, document::PlanRequest), Error> {
+/// and plans. Returns the plan and the request. The request's text is let go once it
+/// is read (when it is the planner's to let go): a large document's text is a tenth of
+/// what planning it holds.
+fn planned(host: &dyn Host, text: Cow<str>, is_apply: bool) -> Result<(plan::Plan, document::PlanRequest), Error> {
     let caller = host.caller();
     if caller.tenant.is_empty() || caller.principal.is_empty() {
         return Err(Error::new(
@@ -172,7 +177,8 @@ fn planned(host: &dyn Host, request: &str, is_apply: bool) -> Result<(plan::Plan
         ));
     }
     let catalog = catalog(host)?;
-    let (request, problems) = document::parse_plan(&catalog, request, is_apply)?;
+    let (request, problems) = document::parse_plan(&catalog, &text, is_apply)?;
+    drop(text);
     let mut estate = estate(host, catalog)?;
     let plan = plan::plan(&mut estate, &request, problems, host)?;
     Ok((plan, request))

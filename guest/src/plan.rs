@@ -1,14 +1,17 @@
 //! The plan (SPEC §6.2): resolving a document's keys and references against the state,
 //! diffing, blocking, pruning, ordering the changes and calls, and hashing the result.
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::borrow::Cow;
+use std::sync::Arc;
 
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use serde::ser::SerializeMap as _;
 use serde::{Serialize, Serializer};
 
 use crate::document::{Move, PlanRequest, Problems, pointer};
 use crate::estate::{Estate, Renamed};
-use crate::hash;
-use crate::kinds::{Descriptor, Method, Removal, Rule};
+use crate::hash::{self, IdempotencyKey};
+use crate::kinds::{Descriptor, FieldType, Method, Removal, Rule};
 use crate::plugins::{Subject, object_json};
 use crate::policy::{CanonicalJudgement, Judgement};
 use crate::state::{Object, Value};
@@ -47,35 +50,126 @@ pub(crate) struct FieldChange {
     pub(crate) to: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A change of the plan, written as `{"action", "kind", "key", "from"?, "id"?, "fields",
+/// "text"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Change {
     pub(crate) action: Action,
     pub(crate) kind: &'static str,
-    pub(crate) key: String,
-    /// A rename's old name; `key` is its new one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) key: Arc<str>,
+    pub(crate) id: Option<Arc<str>>,
+    pub(crate) detail: Detail,
+}
+
+/// What a change says field by field and in its text line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// A create that nothing blocks, held as the document's values of the kind: every
+    /// field changes from null to its value, and the text line summarizes them. Both
+    /// are written when the plan is, never held, since a large plan is mostly creates.
+    Created(&'static Descriptor, Arc<[Value]>),
+    Written(Box<Written>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// A rename's old name; the change's `key` is its new one.
     pub(crate) from: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) id: Option<String>,
+    /// In alphabetical order of their fields.
     pub(crate) fields: Vec<FieldChange>,
     pub(crate) text: String,
 }
 
 impl Change {
+    fn written(action: Action, kind: &'static str, key: Arc<str>, id: Option<Arc<str>>, written: Written) -> Change {
+        Change { action, kind, key, id, detail: Detail::Written(Box::new(written)) }
+    }
+
     /// A change of the whole object, no field named: a removal or a restore.
-    fn whole(action: Action, descriptor: &Descriptor, key: &str, id: Option<String>, text: String) -> Change {
-        Change { action, kind: descriptor.kind, key: key.to_owned(), from: None, id, fields: Vec::new(), text }
+    fn whole(action: Action, descriptor: &Descriptor, key: Arc<str>, id: Option<Arc<str>>, text: String) -> Change {
+        Change::written(action, descriptor.kind, key, id, Written { from: None, fields: Vec::new(), text })
+    }
+
+    /// A rename's old name.
+    pub(crate) fn from(&self) -> Option<&str> {
+        match &self.detail {
+            Detail::Written(written) => written.from.as_deref(),
+            Detail::Created(..) => None,
+        }
+    }
+
+    /// The changed fields, `(field, from, to)` in alphabetical order of fields.
+    pub(crate) fn fields(&self) -> Vec<(&'static str, Option<&Value>, &Value)> {
+        match &self.detail {
+            Detail::Created(descriptor, values) => descriptor
+                .alphabetical()
+                .into_iter()
+                .map(|index| (descriptor.fields[index].name, None, &values[index]))
+                .collect(),
+            Detail::Written(written) => {
+                written.fields.iter().map(|change| (change.field, change.from.as_ref(), &change.to)).collect()
+            }
+        }
+    }
+
+    /// The text line for people.
+    pub(crate) fn text(&self) -> Cow<'_, str> {
+        match &self.detail {
+            Detail::Created(descriptor, values) => Cow::Owned(text::create(descriptor, &self.key, values)),
+            Detail::Written(written) => Cow::Borrowed(&written.text),
+        }
     }
 }
 
-/// An ordered JSON object of named values, serialized in the order given (call inputs),
-/// whatever the `serde_json` map features.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Fields(pub(crate) Vec<(&'static str, Value)>);
-
-impl Serialize for Fields {
+impl Serialize for Change {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(name, value)| (*name, value)))
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("action", &self.action)?;
+        map.serialize_entry("kind", self.kind)?;
+        map.serialize_entry("key", &*self.key)?;
+        if let Some(from) = self.from() {
+            map.serialize_entry("from", from)?;
+        }
+        if let Some(id) = &self.id {
+            map.serialize_entry("id", &**id)?;
+        }
+        map.serialize_entry("fields", &Member::FieldChanges(self))?;
+        map.serialize_entry("text", &*self.text())?;
+        map.end()
+    }
+}
+
+/// A call's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Input {
+    /// Named values, written in the order given.
+    Fields(Vec<(&'static str, Value)>),
+    /// A new object's: its identity, then every field of its kind in descriptor order,
+    /// the document's values shared, each reference (`references`, in field order) as
+    /// the id it resolves to.
+    Whole { kind: &'static Descriptor, identity: Value, values: Arc<[Value]>, references: Box<[Value]> },
+}
+
+impl Input {
+    /// The input's members in the order they are written.
+    pub(crate) fn members(&self) -> Vec<(&'static str, &Value)> {
+        match self {
+            Input::Fields(fields) => fields.iter().map(|(name, value)| (*name, value)).collect(),
+            Input::Whole { kind, identity, values, references } => {
+                let mut references = references.iter();
+                let fields = kind.fields.iter().zip(values.iter()).map(|(field, value)| match field.ty {
+                    FieldType::Ref(_) => (field.name, references.next().unwrap_or(value)),
+                    _ => (field.name, value),
+                });
+                std::iter::once((kind.identity_name(), identity)).chain(fields).collect()
+            }
+        }
+    }
+}
+
+impl Serialize for Input {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.members())
     }
 }
 
@@ -83,20 +177,28 @@ impl Serialize for Fields {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Call {
     pub(crate) method: Method,
-    pub(crate) input: Fields,
+    pub(crate) input: Input,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) idempotency_key: Option<String>,
+    pub(crate) idempotency_key: Option<IdempotencyKey>,
 }
 
 impl Call {
     /// The input `methods.invoke` receives: creates carry their idempotency key.
     pub(crate) fn invoke_input(&self) -> Result<String, Error> {
-        let mut input = self.input.clone();
-        if let Some(key) = &self.idempotency_key {
-            input.0.push(("idempotencyKey", Value::Text(key.as_str().into())));
-        }
-        serde_json::to_string(&input)
+        let key = self.idempotency_key.as_ref().map(|key| Value::Text(key.to_string().into()));
+        let mut members = self.input.members();
+        members.extend(key.as_ref().map(|key| ("idempotencyKey", key)));
+        serde_json::to_string(&Ordered(members))
             .map_err(|error| Error::new(ErrorCode::Internal, format!("a call cannot be written: {error}")))
+    }
+}
+
+/// Named values, written as a JSON object in the order given.
+struct Ordered<'a>(Vec<(&'static str, &'a Value)>);
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().copied())
     }
 }
 
@@ -189,8 +291,8 @@ fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::O
     serializer.collect_seq(calls.iter().map(|call| {
         let Call { method, input, idempotency_key } = call;
         CanonicalMap([
-            ("idempotencyKey", idempotency_key.as_deref().map(Member::Text)),
-            ("input", Some(Member::Fields(input))),
+            ("idempotencyKey", idempotency_key.as_ref().map(Member::IdempotencyKey)),
+            ("input", Some(Member::Input(input))),
             ("method", Some(Member::Method(method))),
         ])
     }))
@@ -198,15 +300,14 @@ fn canonical_calls<S: Serializer>(calls: &&[Call], serializer: S) -> Result<S::O
 
 fn canonical_changes<S: Serializer>(changes: &&[Change], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(changes.iter().map(|change| {
-        let Change { action, kind, key, from, id, fields, text } = change;
         CanonicalMap([
-            ("action", Some(Member::Text(action.verb()))),
-            ("fields", Some(Member::FieldChanges(fields))),
-            ("from", from.as_deref().map(Member::Text)),
-            ("id", id.as_deref().map(Member::Text)),
-            ("key", Some(Member::Text(key))),
-            ("kind", Some(Member::Text(kind))),
-            ("text", Some(Member::Text(text))),
+            ("action", Some(Member::Text(change.action.verb()))),
+            ("fields", Some(Member::FieldChanges(change))),
+            ("from", change.from().map(Member::Text)),
+            ("id", change.id.as_deref().map(Member::Text)),
+            ("key", Some(Member::Text(&change.key))),
+            ("kind", Some(Member::Text(change.kind))),
+            ("text", Some(Member::Line(change.text()))),
         ])
     }))
 }
@@ -216,11 +317,14 @@ struct CanonicalMap<'a, const N: usize>([(&'static str, Option<Member<'a>>); N])
 
 enum Member<'a> {
     Text(&'a str),
+    /// A text made to be written (a create's line).
+    Line(Cow<'a, str>),
     Method(&'a Method),
-    /// Written with its fields sorted by name.
-    Fields(&'a Fields),
+    IdempotencyKey(&'a IdempotencyKey),
+    /// Written with its members sorted by name.
+    Input(&'a Input),
     /// `[{"field", "from", "to"}]`, `from` null for a new value.
-    FieldChanges(&'a [FieldChange]),
+    FieldChanges(&'a Change),
     Value(Option<&'a Value>),
 }
 
@@ -235,19 +339,23 @@ impl Serialize for Member<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             Member::Text(text) => serializer.serialize_str(text),
+            Member::Line(text) => serializer.serialize_str(text),
             Member::Method(method) => method.serialize(serializer),
-            Member::Fields(fields) => {
-                let mut sorted: Vec<&(&str, Value)> = fields.0.iter().collect();
+            Member::IdempotencyKey(key) => key.serialize(serializer),
+            Member::Input(input) => {
+                let mut sorted = input.members();
                 sorted.sort_by_key(|(name, _)| *name);
-                serializer.collect_map(sorted.into_iter().map(|(name, value)| (name, value)))
+                serializer.collect_map(sorted)
             }
-            Member::FieldChanges(fields) => serializer.collect_seq(fields.iter().map(|change| {
-                CanonicalMap([
-                    ("field", Some(Member::Text(change.field))),
-                    ("from", Some(Member::Value(change.from.as_ref()))),
-                    ("to", Some(Member::Value(Some(&change.to)))),
-                ])
-            })),
+            Member::FieldChanges(change) => {
+                serializer.collect_seq(change.fields().into_iter().map(|(field, from, to)| {
+                    CanonicalMap([
+                        ("field", Some(Member::Text(field))),
+                        ("from", Some(Member::Value(from))),
+                        ("to", Some(Member::Value(Some(to)))),
+                    ])
+                }))
+            }
             Member::Value(value) => value.serialize(serializer),
         }
     }
@@ -258,15 +366,15 @@ enum Target<'a> {
     /// An existing object (archived or not).
     Existing(&'a Object),
     /// An object to create, with its planned id (none for kinds identified by a field).
-    Create(Option<String>),
+    Create(Option<Arc<str>>),
     /// An id key of no existing object.
     UnknownId,
 }
 
 /// One document object and what its key names.
 struct Entry<'a> {
-    key: &'a str,
-    values: &'a [Value],
+    key: &'a Arc<str>,
+    values: &'a Arc<[Value]>,
     target: Target<'a>,
 }
 
@@ -278,6 +386,15 @@ impl Entry<'_> {
             Target::Existing(current) => Some(&current.key),
             Target::Create(id) => id.as_deref(),
             Target::UnknownId => Some(self.key),
+        }
+    }
+
+    /// [`Entry::id`], shared with the maps and calls that repeat it.
+    fn shared_id(&self) -> Option<Arc<str>> {
+        match &self.target {
+            Target::Existing(current) => Some(current.key.as_str().into()),
+            Target::Create(id) => id.clone(),
+            Target::UnknownId => Some(self.key.clone()),
         }
     }
 
@@ -298,9 +415,13 @@ struct Planner<'a> {
     estate: &'a Estate,
     entries: Vec<Vec<Entry<'a>>>,
     /// Per kind: document key -> id the object has or will have.
-    ids_by_key: Vec<HashMap<&'a str, String>>,
+    ids_by_key: Vec<HashMap<&'a str, Arc<str>>>,
     /// Per kind: that id -> document key.
-    keys_by_id: Vec<HashMap<String, &'a str>>,
+    keys_by_id: Vec<HashMap<Arc<str>, &'a str>>,
+    /// The caller's tenant, which every create's idempotency key names.
+    tenant: Arc<str>,
+    /// Per kind: why the caller may not make its calls, if it may not.
+    not_permitted: Vec<Option<String>>,
     /// Per kind: field positions by field name, the order of `fields`.
     alphabetical: Vec<Vec<usize>>,
     /// Per plugin kind: entry position -> the problems its plugin's check found.
@@ -323,7 +444,7 @@ pub(crate) fn plan(
         .moved
         .iter()
         .map(|moved| {
-            let listed = request.document.section(moved.kind).contains_key(&moved.from);
+            let listed = request.document.section(moved.kind).contains_key(moved.from.as_str());
             estate.rename(moved.kind, &moved.from, &moved.to, listed)
         })
         .collect();
@@ -336,6 +457,8 @@ pub(crate) fn plan(
         keys_by_id: vec![HashMap::default(); kinds],
         alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical()).collect(),
         refused: vec![HashMap::default(); kinds],
+        tenant: estate.caller.tenant.as_str().into(),
+        not_permitted: estate.catalog.iter().map(|(_, kind)| Planner::not_permitted(estate, kind)).collect(),
         plan: Plan {
             changes: Vec::new(),
             calls: Vec::new(),
@@ -399,7 +522,6 @@ impl<'a> Planner<'a> {
         for (kind, descriptor) in estate.catalog.iter() {
             let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::default();
             for (key, values) in request.document.section(kind) {
-                let key = key.as_str();
                 let target = if descriptor.upserted() {
                     estate.get(kind, key).map_or(Target::Create(None), Target::Existing)
                 } else if estate.catalog.id_kind(key) == Some(kind) {
@@ -409,9 +531,9 @@ impl<'a> Planner<'a> {
                         Some(id) => match estate.get(kind, id) {
                             Some(current) => Target::Existing(current),
                             // Only for modules that do not run: the object is out of sight.
-                            None => Target::Create(Some(id.to_owned())),
+                            None => Target::Create(Some(id.into())),
                         },
-                        None => Target::Create(free_id(estate, kind, key)),
+                        None => Target::Create(free_id(estate, kind, key).map(Arc::from)),
                     }
                 };
                 if let Target::Existing(current) = &target
@@ -423,9 +545,9 @@ impl<'a> Planner<'a> {
                     );
                 }
                 let entry = Entry { key, values, target };
-                if let Some(id) = entry.id() {
-                    self.ids_by_key[kind].insert(key, id.to_owned());
-                    self.keys_by_id[kind].insert(id.to_owned(), key);
+                if let Some(id) = entry.shared_id() {
+                    self.ids_by_key[kind].insert(key, id.clone());
+                    self.keys_by_id[kind].insert(id, key);
                 }
                 self.entries[kind].push(entry);
             }
@@ -473,7 +595,7 @@ impl<'a> Planner<'a> {
             )),
         };
         let id = match renamed {
-            Renamed::Now(id) | Renamed::Taken(id) | Renamed::Reused(id) => Some(id.clone()),
+            Renamed::Now(id) | Renamed::Taken(id) | Renamed::Reused(id) => Some(id.as_str().into()),
             Renamed::Done | Renamed::Nothing => None,
         };
         let text = match &reason {
@@ -481,16 +603,8 @@ impl<'a> Planner<'a> {
             Some(reason) => text::blocked(descriptor, to, [reason.as_str()].into_iter()),
         };
         let (kind, key) = (descriptor.kind, to.to_owned());
-        let change = Change {
-            action: Action::Rename,
-            kind,
-            key: key.clone(),
-            from: Some(from.to_owned()),
-            id,
-            fields: Vec::new(),
-            text,
-        };
-        self.plan.changes.push(change);
+        let written = Written { from: Some(from.to_owned()), fields: Vec::new(), text };
+        self.plan.changes.push(Change::written(Action::Rename, kind, key.as_str().into(), id, written));
         match reason {
             None => *self.plan.summary.rename.get_or_insert(0) += 1,
             Some(reason) => self.plan.blocked.push(Blocked { kind, key, field: None, reason }),
@@ -505,7 +619,6 @@ impl<'a> Planner<'a> {
         let unknown_id = matches!(entry.target, Target::UnknownId);
         let fields = descriptor.fields;
         let current = entry.current();
-        let id = || entry.id().map(str::to_owned);
 
         // References resolved to ids; `None` for other fields and unknown references.
         let mut resolved: Vec<Option<&str>> = vec![None; fields.len()];
@@ -530,39 +643,36 @@ impl<'a> Planner<'a> {
             }
         }
 
-        // Changed fields, in alphabetical order, with `from` as export would show it. A
-        // create changes every field: room for exactly those, none to spare (a large
-        // plan holds one per field of every create).
-        let mut changes: Vec<FieldChange> = Vec::with_capacity(if current.is_none() { fields.len() } else { 0 });
+        // Changed fields of an existing object, in alphabetical order, with `from` as
+        // export would show it. (A create changes every field.)
+        let mut changes: Vec<FieldChange> = Vec::new();
         let mut changed: Vec<usize> = Vec::new();
-        for &index in &self.alphabetical[kind] {
-            let field = &fields[index];
-            let Some(current) = current else {
-                changes.push(FieldChange { field: field.name, from: None, to: values[index].clone() });
-                continue;
-            };
-            let target = estate.catalog.target(kind, index);
-            let differs = match target {
-                Some(_) => resolved[index] != Some(current.values[index].as_text()),
-                None => values[index] != current.values[index],
-            };
-            if !differs {
-                continue;
+        if let Some(current) = current {
+            for &index in &self.alphabetical[kind] {
+                let field = &fields[index];
+                let target = estate.catalog.target(kind, index);
+                let differs = match target {
+                    Some(_) => resolved[index] != Some(current.values[index].as_text()),
+                    None => values[index] != current.values[index],
+                };
+                if !differs {
+                    continue;
+                }
+                let from = match target {
+                    Some(target) => Value::Text(estate.key_of(target, current.values[index].as_text()).into()),
+                    None => current.values[index].clone(),
+                };
+                let (was, to) = (from.display(), values[index].display());
+                if !descriptor.fleet_updates {
+                    let reason =
+                        format!("{} are never changed by fleet ({} {was} -> {to})", descriptor.section, field.name);
+                    reasons.push((Some(field.name), reason));
+                } else if field.immutable {
+                    reasons.push((Some(field.name), format!("{} is immutable ({was} -> {to})", field.name)));
+                }
+                changed.push(index);
+                changes.push(FieldChange { field: field.name, from: Some(from), to: values[index].clone() });
             }
-            let from = match target {
-                Some(target) => Value::Text(estate.key_of(target, current.values[index].as_text()).into()),
-                None => current.values[index].clone(),
-            };
-            let (was, to) = (from.display(), values[index].display());
-            if !descriptor.fleet_updates {
-                let reason =
-                    format!("{} are never changed by fleet ({} {was} -> {to})", descriptor.section, field.name);
-                reasons.push((Some(field.name), reason));
-            } else if field.immutable {
-                reasons.push((Some(field.name), format!("{} is immutable ({was} -> {to})", field.name)));
-            }
-            changed.push(index);
-            changes.push(FieldChange { field: field.name, from: Some(from), to: values[index].clone() });
         }
 
         for rule in descriptor.rules {
@@ -572,8 +682,8 @@ impl<'a> Planner<'a> {
             reasons.extend(refused.iter().cloned());
         }
         let makes_calls = current.is_none_or(|current| current.archived || !changed.is_empty());
-        if makes_calls && let Some(missing) = self.not_permitted(descriptor) {
-            reasons.push((None, missing));
+        if makes_calls && let Some(missing) = &self.not_permitted[kind] {
+            reasons.push((None, missing.clone()));
         }
         if !estate.runs(kind) {
             reasons = vec![(None, format!("the {} module is not run by this deployment", descriptor.group))];
@@ -587,20 +697,19 @@ impl<'a> Planner<'a> {
                 Some(current) if current.archived && changed.is_empty() => Action::Restore,
                 Some(_) => Action::Update,
             };
+            if current.is_none() {
+                changes = self.alphabetical[kind]
+                    .iter()
+                    .map(|&index| FieldChange { field: fields[index].name, from: None, to: values[index].clone() })
+                    .collect();
+            }
             let text = text::blocked(descriptor, key, reasons.iter().map(|(_, reason)| reason.as_str()));
             let kind = descriptor.kind;
-            self.plan.changes.push(Change {
-                action,
-                kind,
-                key: key.to_owned(),
-                from: None,
-                id: id(),
-                fields: changes,
-                text,
-            });
+            let written = Written { from: None, fields: changes, text };
+            self.plan.changes.push(Change::written(action, kind, key.clone(), entry.shared_id(), written));
             self.plan.blocked.extend(reasons.into_iter().map(|(field, reason)| Blocked {
                 kind,
-                key: key.to_owned(),
+                key: key.to_string(),
                 field,
                 reason,
             }));
@@ -608,27 +717,31 @@ impl<'a> Planner<'a> {
         }
 
         let resolved_value = |index: usize| match resolved[index] {
-            Some(id) => Value::Text(id.into()),
+            Some(id) => Value::Text(self.shared(estate.catalog.target(kind, index), id)),
             None => values[index].clone(),
         };
-        let id = id();
-        let identity = (descriptor.identity_name(), Value::Text(id.as_deref().unwrap_or(key).into()));
+        let id = entry.shared_id();
+        let identity = Value::Text(id.clone().unwrap_or_else(|| key.clone()));
         let Some(current) = current else {
-            let mut input = Fields(vec![identity]);
-            input.0.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
+            let references = (0..fields.len())
+                .filter(|&index| matches!(fields[index].ty, FieldType::Ref(_)))
+                .map(resolved_value)
+                .collect();
+            let input = Input::Whole { kind: descriptor, identity, values: values.clone(), references };
             self.plan.summary.create += 1;
-            let text = text::create(descriptor, key, values);
+            let detail = Detail::Created(descriptor, values.clone());
             self.plan.changes.push(Change {
                 action: Action::Create,
                 kind: descriptor.kind,
-                key: key.to_owned(),
-                from: None,
+                key: key.clone(),
                 id,
-                fields: changes,
-                text,
+                detail,
             });
-            let idempotency_key =
-                descriptor.id_prefix().map(|_| hash::idempotency_key(&estate.caller.tenant, descriptor.kind, key));
+            let idempotency_key = descriptor.id_prefix().map(|_| IdempotencyKey {
+                tenant: self.tenant.clone(),
+                kind: descriptor.kind,
+                key: key.clone(),
+            });
             let verb = if descriptor.upserted() { "set" } else { "create" };
             self.plan.calls.push(Call { method: descriptor.method(verb), input, idempotency_key });
             return;
@@ -637,19 +750,19 @@ impl<'a> Planner<'a> {
         // The update's input, while the resolved references are at hand: an upsert
         // states the whole object, an update what changed.
         let update = (!changed.is_empty()).then(|| {
-            let mut input = Fields(vec![identity]);
+            let mut input = vec![(descriptor.identity_name(), identity)];
             if descriptor.upserted() {
-                input.0.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
+                input.extend(fields.iter().enumerate().map(|(index, field)| (field.name, resolved_value(index))));
             } else {
                 changed.sort_unstable();
-                input.0.extend(changed.iter().map(|&index| (fields[index].name, resolved_value(index))));
+                input.extend(changed.iter().map(|&index| (fields[index].name, resolved_value(index))));
             }
-            input
+            Input::Fields(input)
         });
         if current.archived {
             self.plan.summary.restore += 1;
             let text = text::restore(descriptor, key);
-            self.plan.changes.push(Change::whole(Action::Restore, descriptor, key, id.clone(), text));
+            self.plan.changes.push(Change::whole(Action::Restore, descriptor, key.clone(), id.clone(), text));
             self.plan.calls.push(removal_call(descriptor, "restore", &current.key));
         }
         let Some(input) = update else {
@@ -664,17 +777,19 @@ impl<'a> Planner<'a> {
             key,
             changes.iter().map(|change| (change.field, change.from.as_ref().unwrap_or(&change.to), &change.to)),
         );
-        self.plan.changes.push(Change {
-            action: Action::Update,
-            kind: descriptor.kind,
-            key: key.to_owned(),
-            from: None,
-            id,
-            fields: changes,
-            text,
-        });
+        let written = Written { from: None, fields: changes, text };
+        self.plan.changes.push(Change::written(Action::Update, descriptor.kind, key.clone(), id, written));
         let verb = if descriptor.upserted() { "set" } else { "update" };
         self.plan.calls.push(Call { method: descriptor.method(verb), input, idempotency_key: None });
+    }
+
+    /// `id`, an id of `kind`, as shared text: the planned id itself when it is one
+    /// (every reference to a new object repeats it), else a copy.
+    fn shared(&self, kind: Option<usize>, id: &str) -> Arc<str> {
+        match kind.and_then(|kind| self.keys_by_id[kind].get_key_value(id)) {
+            Some((shared, _)) => shared.clone(),
+            None => id.into(),
+        }
     }
 
     /// A rule of the kind over the object and those it references; the referenced
@@ -700,7 +815,7 @@ impl<'a> Planner<'a> {
                 };
                 let theirs = match self.keys_by_id[target].get(referenced) {
                     Some(key) => self.entries[target]
-                        .binary_search_by(|entry| entry.key.cmp(key))
+                        .binary_search_by(|entry| (**entry.key).cmp(key))
                         .ok()
                         .map(|found| &self.entries[target][found].values[other_at]),
                     None => self.estate.get(target, referenced).map(|object| &object.values[other_at]),
@@ -718,8 +833,8 @@ impl<'a> Planner<'a> {
 
     /// Why the caller may not make the calls of a kind, when it may not (SPEC §14: the
     /// plan shows it rather than apply failing on the first refusal).
-    fn not_permitted(&self, descriptor: &Descriptor) -> Option<String> {
-        let grants = self.estate.caller.grants.as_deref()?;
+    fn not_permitted(estate: &Estate, descriptor: &Descriptor) -> Option<String> {
+        let grants = estate.caller.grants.as_deref()?;
         let (permission, scope) = crate::grants::write_permission(descriptor.group);
         (!crate::grants::allows(grants, &permission, &scope)).then(|| format!("not permitted: {permission} @ {scope}"))
     }
@@ -744,7 +859,7 @@ impl<'a> Planner<'a> {
         let descriptor = self.estate.kind(kind);
         if let Some(key) = self.keys_by_id[kind].get(id) {
             let entries = &self.entries[kind];
-            let entry = &entries[entries.binary_search_by(|entry| entry.key.cmp(key)).ok()?];
+            let entry = &entries[entries.binary_search_by(|entry| (**entry.key).cmp(key)).ok()?];
             let values = self.desired(kind, entry).unwrap_or_else(|| entry.values.to_vec());
             return Some(object_json(descriptor, id, |position| &values[position]));
         }
@@ -838,7 +953,7 @@ impl<'a> Planner<'a> {
             let in_document = &self.keys_by_id[kind];
             let mut removals: Vec<(&str, &Object)> = Vec::new();
             for object in estate.objects(kind).iter().filter(|object| !object.archived) {
-                if in_document.contains_key(&object.key) {
+                if in_document.contains_key(object.key.as_str()) {
                     continue;
                 }
                 let kept = !removable || (descriptor.removal == Removal::Delete && used[kind].contains(&object.key));
@@ -860,9 +975,10 @@ impl<'a> Planner<'a> {
                     self.plan.left_alone.push(LeftAlone { kind: descriptor.kind, key: key.to_owned(), id, action });
                     continue;
                 }
-                if let Some(missing) = self.not_permitted(descriptor) {
+                let id = id.map(Arc::from);
+                if let Some(missing) = self.not_permitted[kind].clone() {
                     let text = text::blocked(descriptor, key, [missing.as_str()].into_iter());
-                    self.plan.changes.push(Change::whole(action, descriptor, key, id, text));
+                    self.plan.changes.push(Change::whole(action, descriptor, key.into(), id, text));
                     let blocked = Blocked { kind: descriptor.kind, key: key.to_owned(), field: None, reason: missing };
                     self.plan.blocked.push(blocked);
                     continue;
@@ -872,7 +988,7 @@ impl<'a> Planner<'a> {
                     _ => self.plan.summary.delete += 1,
                 }
                 let text = text::removal(descriptor, key, action.verb());
-                self.plan.changes.push(Change::whole(action, descriptor, key, id, text));
+                self.plan.changes.push(Change::whole(action, descriptor, key.into(), id, text));
                 self.plan.calls.push(removal_call(descriptor, action.verb(), &object.key));
             }
         }
@@ -895,7 +1011,7 @@ fn free_id(estate: &Estate, kind: usize, key: &str) -> Option<String> {
 fn removal_call(kind: &Descriptor, verb: &'static str, key: &str) -> Call {
     Call {
         method: kind.method(verb),
-        input: Fields(vec![(kind.identity_name(), Value::Text(key.into()))]),
+        input: Input::Fields(vec![(kind.identity_name(), Value::Text(key.into()))]),
         idempotency_key: None,
     }
 }
@@ -1000,7 +1116,7 @@ mod tests {
                 "compute.accounts.delete",
             ]
         );
-        let keys: Vec<&str> = plan.changes.iter().map(|change| change.key.as_str()).collect();
+        let keys: Vec<&str> = plan.changes.iter().map(|change| &*change.key).collect();
         assert_eq!(keys, ["acct", "new", "a", "b", "flv_aaaaaaaaaaaaaaaaaaaaaaaaaa", "old", ACCOUNT]);
         assert_eq!(plan.summary, Summary { create: 4, delete: 2, archive: 1, ..Summary::default() });
     }
@@ -1038,7 +1154,7 @@ mod tests {
             false,
         );
         assert_eq!(methods(&plan), ["compute.pools.restore", "compute.pools.update"]);
-        assert_eq!(plan.changes[1].text, "~ pool old: update (gpus 0 -> 1)");
+        assert_eq!(plan.changes[1].text(), "~ pool old: update (gpus 0 -> 1)");
         let plan = plan_of(
             snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), true),
             json!({"flavors": {}}),
