@@ -310,7 +310,7 @@ fn run<T>(
     call: impl FnOnce(&ModulePlugin, &mut Store<Limits>) -> wasmtime::Result<T>,
 ) -> Result<T, ApiError> {
     metrics.sandbox_instances.inc();
-    let mut store = Store::new(pre.engine(), Limits { memory_bytes: budget.memory_bytes, exhausted: false });
+    let mut store = Store::new(pre.engine(), Limits::new(budget.memory_bytes));
     store.limiter(|limits| limits);
     store.set_epoch_deadline(ticks(budget.cpu));
     store.epoch_deadline_trap();

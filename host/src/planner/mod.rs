@@ -13,7 +13,7 @@ pub mod state;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sha2::Digest;
@@ -80,6 +80,9 @@ pub struct Sandbox {
     metrics: Metrics,
     /// The module plugins whose kinds and checks the planner's `plugins` import serves.
     plugins: Arc<Plugins>,
+    /// The most linear memory one call has grown to: how near calls come to the memory
+    /// budget (the benchmark's figure of memory per planned object).
+    largest_memory: AtomicUsize,
     _ticker: Ticker,
 }
 
@@ -202,10 +205,19 @@ impl Guest {
     }
 }
 
-/// A store's memory cap, and whether a guest hit it.
+/// A store's memory cap, whether a guest hit it, and how far its memory grew.
+#[derive(Default)]
 pub(crate) struct Limits {
     pub(crate) memory_bytes: usize,
     pub(crate) exhausted: bool,
+    /// The size the guest's memory grew to (linear memory never shrinks).
+    pub(crate) grown_to: usize,
+}
+
+impl Limits {
+    pub(crate) fn new(memory_bytes: usize) -> Limits {
+        Limits { memory_bytes, ..Limits::default() }
+    }
 }
 
 impl ResourceLimiter for Limits {
@@ -214,6 +226,7 @@ impl ResourceLimiter for Limits {
             self.exhausted = true;
             return Ok(false);
         }
+        self.grown_to = self.grown_to.max(desired);
         Ok(true)
     }
 
@@ -246,7 +259,16 @@ impl Sandbox {
         let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
         let _ticker = Ticker::start(&engine)?;
         let plugins = Arc::new(Plugins::default());
-        Ok(Sandbox { engine, planner, budget, deadline: DEFAULT_DEADLINE, metrics, plugins, _ticker })
+        Ok(Sandbox {
+            engine,
+            planner,
+            budget,
+            deadline: DEFAULT_DEADLINE,
+            metrics,
+            plugins,
+            largest_memory: AtomicUsize::new(0),
+            _ticker,
+        })
     }
 
     /// The sandbox, with calls bounded by `deadline` in all (host time included).
@@ -259,13 +281,19 @@ impl Sandbox {
         Sandbox { plugins, ..self }
     }
 
+    /// The most linear memory one call of this sandbox has grown to, in bytes. A call's
+    /// memory starts at the component's own (its data, stack and first heap).
+    pub fn largest_memory(&self) -> usize {
+        self.largest_memory.load(Ordering::Relaxed)
+    }
+
     /// Runs one entry point in a fresh instance and returns the session (so the caller
     /// gets its connection back) with the result.
     pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
         let started = std::time::Instant::now();
         let metrics = &self.metrics;
         metrics.sandbox_instances.inc();
-        let limits = Limits { memory_bytes: self.budget.memory_bytes, exhausted: false };
+        let limits = Limits::new(self.budget.memory_bytes);
         let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
         let guest = Guest { session, limits, plugins: self.plugins.clone(), clock, judging: None, output: Vec::new() };
         let mut store = Store::new(&self.engine, guest);
@@ -288,6 +316,7 @@ impl Sandbox {
             }
         });
         let exhausted = store.data().limits.exhausted;
+        self.largest_memory.fetch_max(store.data().limits.grown_to, Ordering::Relaxed);
         let judging = store.data().judging.clone();
         let guest_time = store.data().clock.guest();
         let Guest { session, output, .. } = store.into_data();
