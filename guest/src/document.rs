@@ -249,6 +249,15 @@ pub(crate) fn parse_plan(
     if let Some(valid) = streamed::valid_request(catalog, request, plan_hash_allowed) {
         return Ok((valid, Problems::default()));
     }
+    parse_plan_reporting(catalog, request, plan_hash_allowed)
+}
+
+/// [`parse_plan`] through a JSON tree of the whole request: every problem found.
+fn parse_plan_reporting(
+    catalog: &Catalog,
+    request: &str,
+    plan_hash_allowed: bool,
+) -> Result<(PlanRequest, Problems), Error> {
     let map = parse_json(request)?;
     let mut problems = Problems::default();
     let mut parsed = PlanRequest::new(catalog);
@@ -263,6 +272,18 @@ pub(crate) fn parse_plan(
         problems.push(pointer(&["document"]), "the document is required");
     }
     Ok((parsed, problems))
+}
+
+/// Whether the fast reader reads `request` as the reader that reports every problem
+/// does, whenever it reads it at all (the document fuzz target asks).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn streamed_agrees(request: &str) -> bool {
+    let catalog = Catalog::built_in();
+    [false, true].into_iter().all(|plan_hash_allowed| {
+        let Some(streamed) = streamed::valid_request(&catalog, request, plan_hash_allowed) else { return true };
+        let reported = parse_plan_reporting(&catalog, request, plan_hash_allowed);
+        matches!(reported, Ok((read, problems)) if problems.is_empty() && read == streamed)
+    })
 }
 
 impl PlanRequest {

@@ -1,11 +1,18 @@
 //! What the fuzz targets in `fuzz/` reach inside the planner (feature `fuzzing` only):
-//! the two paths of the canonical-JSON writer behind the plan hash.
+//! the two paths of the canonical-JSON writer behind the plan hash, and the two readers
+//! of a plan request.
 
 use crate::Error;
 
 /// The plan hash of `value`, by whichever path the planner takes for it.
 pub fn plan_hash(value: &serde_json::Value) -> Result<String, Error> {
     crate::hash::plan_hash(value)
+}
+
+/// Whether the fast reader of valid plan requests reads `request` as the reader that
+/// reports every problem does, whenever it reads it at all.
+pub fn streamed_request_agrees(request: &str) -> bool {
+    crate::document::streamed_agrees(request)
 }
 
 /// The streamed canonical JSON of `value`, when it is canonical as written.

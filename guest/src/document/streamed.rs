@@ -202,6 +202,25 @@ mod tests {
         assert_eq!(streamed(&request), Some(parsed));
     }
 
+    /// The golden cases' requests read the same on both readers, and the fast one reads
+    /// those without a problem.
+    #[test]
+    fn golden_requests_read_as_the_tree_reader_reads_them() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plans");
+        let mut read = 0;
+        for case in std::fs::read_dir(root).unwrap() {
+            let request = std::fs::read_to_string(case.unwrap().path().join("request.json")).unwrap();
+            for plan_hash_allowed in [false, true] {
+                let catalog = Catalog::built_in();
+                let reported = super::super::parse_plan_reporting(&catalog, &request, plan_hash_allowed).ok();
+                let valid = reported.filter(|(_, problems)| problems.is_empty()).map(|(request, _)| request);
+                assert_eq!(valid_request(&catalog, &request, plan_hash_allowed), valid, "{request}");
+                read += usize::from(valid.is_some());
+            }
+        }
+        assert!(read >= 20, "{read} golden requests read");
+    }
+
     /// Whatever has a problem is left to the reader that reports it.
     #[test]
     fn anything_but_a_valid_request_is_read_again() {
