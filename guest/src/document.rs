@@ -87,7 +87,7 @@ impl Document {
     /// what the plan hash covers, streamed without a JSON tree.
     pub(crate) fn canonical<'a>(&'a self, catalog: &Catalog) -> FilledDocument<'a> {
         let mut kinds: Vec<_> =
-            catalog.iter().map(|(kind, descriptor)| (descriptor, kind, descriptor.alphabetical())).collect();
+            catalog.iter().map(|(kind, descriptor)| (descriptor, kind, descriptor.alphabetical().to_vec())).collect();
         kinds.sort_by_key(|(descriptor, _, _)| descriptor.section);
         FilledDocument { document: self, kinds, moved: !self.moved.is_empty() }
     }

@@ -90,7 +90,7 @@ fn change_value(estate: &Estate, request: &PlanRequest, change: &Change, values:
         (values.name("kind"), values.name(change.kind)),
         (values.name("key"), values.text(&change.key)),
         (values.name("fields"), Rego::from(fields)),
-        (values.name("text"), values.text(&change.text())),
+        (values.name("text"), values.text(&change.text().to_string())),
         (values.name("before"), before),
         (values.name("after"), after),
         (values.name("reason"), values.name(if from_prune { "prune" } else { "document" })),

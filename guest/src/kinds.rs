@@ -3,6 +3,8 @@
 //! planner knows. The planner, the host's modules, storage, request validation, schemas
 //! and OpenAPI all read these descriptors; no field list exists anywhere else.
 
+use std::sync::OnceLock;
+
 use serde::{Deserialize, Serialize};
 
 /// One kind of object: its API group, its FleetConfig section, how its objects are
@@ -32,6 +34,17 @@ pub struct Descriptor {
     /// Whether a module plugin serves the kind (SPEC §10): its check judges every
     /// create and update, at plan time too.
     pub plugin: bool,
+    /// The orders [`Descriptor::alphabetical`] and [`Descriptor::whole_input_order`]
+    /// answer, worked out on first use: a large plan writes them once per create.
+    #[serde(skip)]
+    pub(crate) orders: OnceLock<Orders>,
+}
+
+/// Orders of a kind's fields by name.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Orders {
+    alphabetical: Box<[usize]>,
+    whole_input: Box<[usize]>,
 }
 
 /// How the objects of a kind are told apart.
@@ -143,6 +156,7 @@ pub static SITE: Descriptor = Descriptor {
     rules: &[],
     summary: &[Part::Labeled("region")],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 pub static PROVIDER_ACCOUNT: Descriptor = Descriptor {
@@ -157,6 +171,7 @@ pub static PROVIDER_ACCOUNT: Descriptor = Descriptor {
     rules: &[],
     summary: &[Part::Labeled("provider")],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 pub static POOL: Descriptor = Descriptor {
@@ -180,6 +195,7 @@ pub static POOL: Descriptor = Descriptor {
     rules: &[],
     summary: &[Part::Labeled("class"), Part::Labeled("site"), Part::Either(("gpus", "gpu"), ("vcpus", "vcpu"))],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 pub static OWNER_QUOTA: Descriptor = Descriptor {
@@ -199,6 +215,7 @@ pub static OWNER_QUOTA: Descriptor = Descriptor {
         Part::Counted("instances", "instance"),
     ],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 pub static OFFER: Descriptor = Descriptor {
@@ -225,6 +242,7 @@ pub static OFFER: Descriptor = Descriptor {
         Part::Counted("gpus", "gpu"),
     ],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 pub static FLAVOR: Descriptor = Descriptor {
@@ -251,6 +269,7 @@ pub static FLAVOR: Descriptor = Descriptor {
         Part::Measured("diskGib", "GiB disk"),
     ],
     plugin: false,
+    orders: OnceLock::new(),
 };
 
 /// The built-in kinds (SPEC §4), in dependency order.
@@ -299,10 +318,28 @@ impl Descriptor {
 
     /// The field positions sorted by wire name: the order of a change's `fields`, of
     /// blocked reasons and of the plan hash's document.
-    pub fn alphabetical(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.fields.len()).collect();
-        order.sort_by_key(|&index| self.fields[index].name);
-        order
+    pub fn alphabetical(&self) -> &[usize] {
+        &self.orders().alphabetical
+    }
+
+    /// The members of a new object's input (its identity at 0, then field `n` at
+    /// `n + 1`) sorted by name, as the plan hash writes them.
+    pub fn whole_input_order(&self) -> &[usize] {
+        &self.orders().whole_input
+    }
+
+    fn orders(&self) -> &Orders {
+        self.orders.get_or_init(|| {
+            let mut alphabetical: Vec<usize> = (0..self.fields.len()).collect();
+            alphabetical.sort_by_key(|&index| self.fields[index].name);
+            let name = |member: usize| match member {
+                0 => self.identity_name(),
+                _ => self.fields[member - 1].name,
+            };
+            let mut whole_input: Vec<usize> = (0..=self.fields.len()).collect();
+            whole_input.sort_by_key(|&member| name(member));
+            Orders { alphabetical: alphabetical.into(), whole_input: whole_input.into() }
+        })
     }
 
     /// `a pool`, `an offer`.
@@ -517,7 +554,7 @@ mod tests {
 
     #[test]
     fn alphabetical_order_sorts_by_wire_name() {
-        let names: Vec<&str> = POOL.alphabetical().into_iter().map(|index| POOL.fields[index].name).collect();
+        let names: Vec<&str> = POOL.alphabetical().iter().map(|&index| POOL.fields[index].name).collect();
         assert_eq!(names, ["account", "class", "gpus", "labels", "memoryMib", "owner", "site", "vcpus"]);
     }
 

@@ -1,7 +1,6 @@
 //! The plan (SPEC §6.2): resolving a document's keys and references against the state,
 //! diffing, blocking, pruning, ordering the changes and calls, and hashing the result.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -103,8 +102,8 @@ impl Change {
         match &self.detail {
             Detail::Created(descriptor, values) => descriptor
                 .alphabetical()
-                .into_iter()
-                .map(|index| (descriptor.fields[index].name, None, &values[index]))
+                .iter()
+                .map(|&index| (descriptor.fields[index].name, None, &values[index]))
                 .collect(),
             Detail::Written(written) => {
                 written.fields.iter().map(|change| (change.field, change.from.as_ref(), &change.to)).collect()
@@ -113,10 +112,34 @@ impl Change {
     }
 
     /// The text line for people.
-    pub(crate) fn text(&self) -> Cow<'_, str> {
+    pub(crate) fn text(&self) -> Line<'_> {
         match &self.detail {
-            Detail::Created(descriptor, values) => Cow::Owned(text::create(descriptor, &self.key, values)),
-            Detail::Written(written) => Cow::Borrowed(&written.text),
+            Detail::Created(kind, values) => Line::Create(text::Create { kind, key: &self.key, values }),
+            Detail::Written(written) => Line::Written(&written.text),
+        }
+    }
+}
+
+/// A change's text line: a create's is written from its values where it goes.
+pub(crate) enum Line<'a> {
+    Create(text::Create<'a>),
+    Written(&'a str),
+}
+
+impl std::fmt::Display for Line<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Line::Create(create) => create.fmt(formatter),
+            Line::Written(text) => formatter.write_str(text),
+        }
+    }
+}
+
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Line::Create(create) => serializer.collect_str(create),
+            Line::Written(text) => serializer.serialize_str(text),
         }
     }
 }
@@ -134,7 +157,7 @@ impl Serialize for Change {
             map.serialize_entry("id", &**id)?;
         }
         map.serialize_entry("fields", &Member::FieldChanges(self))?;
-        map.serialize_entry("text", &*self.text())?;
+        map.serialize_entry("text", &self.text())?;
         map.end()
     }
 }
@@ -317,8 +340,7 @@ struct CanonicalMap<'a, const N: usize>([(&'static str, Option<Member<'a>>); N])
 
 enum Member<'a> {
     Text(&'a str),
-    /// A text made to be written (a create's line).
-    Line(Cow<'a, str>),
+    Line(Line<'a>),
     Method(&'a Method),
     IdempotencyKey(&'a IdempotencyKey),
     /// Written with its members sorted by name.
@@ -339,13 +361,21 @@ impl Serialize for Member<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             Member::Text(text) => serializer.serialize_str(text),
-            Member::Line(text) => serializer.serialize_str(text),
+            Member::Line(line) => line.serialize(serializer),
             Member::Method(method) => method.serialize(serializer),
             Member::IdempotencyKey(key) => key.serialize(serializer),
             Member::Input(input) => {
-                let mut sorted = input.members();
-                sorted.sort_by_key(|(name, _)| *name);
-                serializer.collect_map(sorted)
+                let members = input.members();
+                match input {
+                    Input::Whole { kind, .. } => {
+                        serializer.collect_map(kind.whole_input_order().iter().map(|&member| members[member]))
+                    }
+                    Input::Fields(_) => {
+                        let mut sorted = members;
+                        sorted.sort_by_key(|(name, _)| *name);
+                        serializer.collect_map(sorted)
+                    }
+                }
             }
             Member::FieldChanges(change) => {
                 serializer.collect_seq(change.fields().into_iter().map(|(field, from, to)| {
@@ -455,7 +485,7 @@ pub(crate) fn plan(
         entries: (0..kinds).map(|_| Vec::new()).collect(),
         ids_by_key: vec![HashMap::default(); kinds],
         keys_by_id: vec![HashMap::default(); kinds],
-        alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical()).collect(),
+        alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical().to_vec()).collect(),
         refused: vec![HashMap::default(); kinds],
         tenant: estate.caller.tenant.as_str().into(),
         not_permitted: estate.catalog.iter().map(|(_, kind)| Planner::not_permitted(estate, kind)).collect(),
@@ -1154,7 +1184,7 @@ mod tests {
             false,
         );
         assert_eq!(methods(&plan), ["compute.pools.restore", "compute.pools.update"]);
-        assert_eq!(plan.changes[1].text(), "~ pool old: update (gpus 0 -> 1)");
+        assert_eq!(plan.changes[1].text().to_string(), "~ pool old: update (gpus 0 -> 1)");
         let plan = plan_of(
             snapshot(json!(["site", "providerAccount", "pool", "ownerQuota", "offer", "flavor"]), true),
             json!({"flavors": {}}),

@@ -161,6 +161,7 @@ impl PluginKind {
             rules: &[],
             summary: Box::leak(summary.into_boxed_slice()),
             plugin: true,
+            orders: std::sync::OnceLock::new(),
         })))
     }
 }

@@ -1,55 +1,69 @@
 //! The `text` line of every change, for people: `+ pool gpu-a: create (...)`.
 
+use std::fmt::{self, Write};
+
 use crate::kinds::{Descriptor, FieldType, Part};
 use crate::state::Value;
 
 /// `n vcpus`, `1 gpu`: a count with its unit, plural unless it is one.
-fn count(number: u64, unit: &str) -> String {
-    if number == 1 { format!("1 {unit}") } else { format!("{number} {unit}s") }
+fn count(out: &mut impl Write, number: u64, unit: &str) -> fmt::Result {
+    if number == 1 { write!(out, "1 {unit}") } else { write!(out, "{number} {unit}s") }
 }
 
 /// A short summary of a new object, from its document values (references as keys), as
 /// the kind's descriptor states it; kinds that state none list their fields that are
 /// not maps.
-fn summary(kind: &Descriptor, values: &[Value]) -> String {
+fn summary(out: &mut impl Write, kind: &Descriptor, values: &[Value]) -> fmt::Result {
     let value = |name: &str| kind.position(name).map(|position| &values[position]);
     let text = |name: &str| value(name).map_or("", Value::as_text);
     let number = |name: &str| value(name).map_or(0, Value::as_count);
+    let mut separator = "";
     if kind.summary.is_empty() {
-        let parts: Vec<String> = kind
-            .fields
-            .iter()
-            .zip(values)
-            .filter(|(field, _)| field.ty != FieldType::Map)
-            .map(|(field, value)| format!("{} {}", field.name, value.display()))
-            .collect();
-        return parts.join(", ");
+        for (field, value) in kind.fields.iter().zip(values).filter(|(field, _)| field.ty != FieldType::Map) {
+            write!(out, "{separator}{} {}", field.name, value.display())?;
+            separator = ", ";
+        }
+        return Ok(());
     }
-    let parts: Vec<String> = kind
-        .summary
-        .iter()
-        .map(|part| match *part {
-            Part::Labeled(name) => format!("{name} {}", text(name)),
-            Part::Counted(name, unit) => count(number(name), unit),
-            Part::Measured(name, suffix) => format!("{} {suffix}", number(name)),
+    for part in kind.summary {
+        out.write_str(separator)?;
+        separator = ", ";
+        match *part {
+            Part::Labeled(name) => write!(out, "{name} {}", text(name))?,
+            Part::Counted(name, unit) => count(out, number(name), unit)?,
+            Part::Measured(name, suffix) => write!(out, "{} {suffix}", number(name))?,
             Part::Either((first, first_unit), (second, second_unit)) => {
                 if number(first) > 0 {
-                    count(number(first), first_unit)
+                    count(out, number(first), first_unit)?;
                 } else {
-                    count(number(second), second_unit)
+                    count(out, number(second), second_unit)?;
                 }
             }
-        })
-        .collect();
-    parts.join(", ")
+        }
+    }
+    Ok(())
 }
 
-/// `+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)`.
-pub(crate) fn create(kind: &Descriptor, key: &str, values: &[Value]) -> String {
-    let mut text = format!("+ {} {key}: create ({})", kind.kind, summary(kind, values));
-    // A large plan holds one per create: without the room formatting left to spare.
-    text.shrink_to_fit();
-    text
+/// `+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)`, written where it goes: a
+/// large plan is mostly creates, and holds none of their lines.
+pub(crate) struct Create<'a> {
+    pub(crate) kind: &'a Descriptor,
+    pub(crate) key: &'a str,
+    pub(crate) values: &'a [Value],
+}
+
+impl fmt::Display for Create<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(out, "+ {} {}: create (", self.kind.kind, self.key)?;
+        summary(out, self.kind, self.values)?;
+        out.write_str(")")
+    }
+}
+
+/// [`Create`] as text.
+#[cfg(test)]
+fn create(kind: &Descriptor, key: &str, values: &[Value]) -> String {
+    Create { kind, key, values }.to_string()
 }
 
 /// `~ pool gpu-a: update (gpus 32 -> 64, vcpus 256 -> 512)`.
