@@ -452,8 +452,6 @@ struct Planner<'a> {
     tenant: Arc<str>,
     /// Per kind: why the caller may not make its calls, if it may not.
     not_permitted: Vec<Option<String>>,
-    /// Per kind: field positions by field name, the order of `fields`.
-    alphabetical: Vec<Vec<usize>>,
     /// Per plugin kind: entry position -> the problems its plugin's check found.
     refused: Vec<HashMap<usize, Vec<Reason>>>,
     plan: Plan,
@@ -485,7 +483,6 @@ pub(crate) fn plan(
         entries: (0..kinds).map(|_| Vec::new()).collect(),
         ids_by_key: vec![HashMap::default(); kinds],
         keys_by_id: vec![HashMap::default(); kinds],
-        alphabetical: estate.catalog.iter().map(|(_, kind)| kind.alphabetical().to_vec()).collect(),
         refused: vec![HashMap::default(); kinds],
         tenant: estate.caller.tenant.as_str().into(),
         not_permitted: estate.catalog.iter().map(|(_, kind)| Planner::not_permitted(estate, kind)).collect(),
@@ -678,7 +675,7 @@ impl<'a> Planner<'a> {
         let mut changes: Vec<FieldChange> = Vec::new();
         let mut changed: Vec<usize> = Vec::new();
         if let Some(current) = current {
-            for &index in &self.alphabetical[kind] {
+            for &index in descriptor.alphabetical() {
                 let field = &fields[index];
                 let target = estate.catalog.target(kind, index);
                 let differs = match target {
@@ -728,7 +725,8 @@ impl<'a> Planner<'a> {
                 Some(_) => Action::Update,
             };
             if current.is_none() {
-                changes = self.alphabetical[kind]
+                changes = descriptor
+                    .alphabetical()
                     .iter()
                     .map(|&index| FieldChange { field: fields[index].name, from: None, to: values[index].clone() })
                     .collect();
