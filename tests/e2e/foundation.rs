@@ -54,6 +54,43 @@ fn health_catalogue_and_openapi_need_no_token() {
     );
     let answer = &plan["responses"]["200"]["content"]["application/json"]["schema"];
     assert!(answer["properties"]["planHash"]["pattern"].is_string());
+
+    // Strings never hold control characters (SPEC §2): every string a request may
+    // hold says so, or says exactly what it may be, so that a client (or a fuzzer)
+    // that follows the description is never refused for it.
+    let mut unbounded = Vec::new();
+    for (path, operations) in paths {
+        for (verb, operation) in operations.as_object().unwrap() {
+            let schema = &operation["requestBody"]["content"]["application/json"]["schema"];
+            unbounded_strings(schema, &format!("{verb} {path}"), &mut unbounded);
+        }
+    }
+    assert_eq!(unbounded, Vec::<String>::new(), "request strings described without what they may hold");
+}
+
+/// Where in `schema` a string may be anything, control characters included.
+fn unbounded_strings(schema: &Value, at: &str, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(members) => {
+            let string = match &members.get("type") {
+                Some(Value::String(kind)) => kind == "string",
+                Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == "string"),
+                _ => false,
+            };
+            if string && !["pattern", "enum", "const", "format"].iter().any(|bound| members.contains_key(*bound)) {
+                found.push(at.to_owned());
+            }
+            for (name, member) in members {
+                unbounded_strings(member, &format!("{at}/{name}"), found);
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                unbounded_strings(item, &format!("{at}/{index}"), found);
+            }
+        }
+        _ => {}
+    }
 }
 
 #[test]

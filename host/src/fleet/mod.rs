@@ -23,6 +23,7 @@ use crate::calls::input::Input;
 use crate::calls::parse_body;
 use crate::calls::registry::{Ctx, Method, MethodKind, Registry, Via};
 use crate::db::{self, Conn};
+use crate::modules::text_schema;
 use crate::params;
 use crate::planner::{Apply, Entry, Session, Source};
 
@@ -91,13 +92,13 @@ pub fn register(registry: &mut Registry, catalog: &Catalog) {
             .summary("Runs a plugin kind's check on objects, as a plan would: for hosts of the planner that run no plugins, such as the edge.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "required": ["kind", "subjects"], "properties": {
-                    "kind": {"type": "string"},
+                    "kind": text_schema(),
                     "subjects": {"type": "array", "items": {"type": "object", "additionalProperties": false,
                         "required": ["object"], "properties": {
                             "object": {"type": "object"}, "previous": {"type": ["object", "null"]},
                             "references": {"type": "array", "items": {"type": "object", "additionalProperties": false,
                                 "required": ["field", "object"],
-                                "properties": {"field": {"type": "string"}, "object": {"type": "object"}}}}}}}}}),
+                                "properties": {"field": text_schema(), "object": {"type": "object"}}}}}}}}}),
                 json!({"type": "object", "required": ["problems"], "properties": {
                     "problems": {"type": "array", "items": {"type": "object", "properties": {
                         "subject": {"type": "integer"}, "path": {"type": "string"}, "message": {"type": "string"}}}}}}),
