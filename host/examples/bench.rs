@@ -91,12 +91,18 @@ enum Figure {
     Drift,
 }
 
-/// Runs `work` over and over for `seconds`.
+/// Runs `work` over and over for `seconds`, and says on stderr how long it took each
+/// time on average (so that two builds can be compared on one figure, alternately).
 fn repeat<T>(seconds: u64, mut work: impl FnMut() -> T) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let mut times = 0_u32;
     while Instant::now() < deadline {
         std::hint::black_box(work());
+        times += 1;
     }
+    let each = start.elapsed() / times.max(1);
+    eprintln!("{times} times in {:.1?}: {:.3} ms each", start.elapsed(), each.as_secs_f64() * 1e3);
 }
 
 /// A document of about `objects` objects.
