@@ -80,51 +80,41 @@ impl PluginKind {
     /// process. Every problem is reported, one per line.
     pub fn into_descriptor(self) -> Result<&'static Descriptor, String> {
         let mut problems = Vec::new();
-        let expect = |problems: &mut Vec<String>, ok: bool, problem: String| {
+        // Every plan checks every plugin kind again (an instance serves one request), so
+        // a problem is written only when there is one.
+        let expect = |problems: &mut Vec<String>, ok: bool, problem: &dyn Fn() -> String| {
             if !ok {
-                problems.push(problem);
+                problems.push(problem());
             }
         };
-        expect(
-            &mut problems,
-            grammar::is_name(&self.group),
-            format!("group {:?} does not match {NAME_PATTERN}", self.group),
-        );
-        expect(
-            &mut problems,
-            grammar::is_camel(&self.kind),
-            format!("kind {:?} does not match {CAMEL_PATTERN}", self.kind),
-        );
-        expect(
-            &mut problems,
-            grammar::is_camel(&self.section),
-            format!("section {:?} does not match {CAMEL_PATTERN}", self.section),
-        );
-        expect(
-            &mut problems,
-            self.section != crate::document::MOVED,
-            format!("section {:?} is the document's list of renames", self.section),
-        );
-        expect(
-            &mut problems,
-            grammar::is_prefix(&self.id_prefix),
-            format!("idPrefix {:?} does not match {PREFIX_PATTERN}", self.id_prefix),
-        );
-        expect(
-            &mut problems,
-            self.fields.len() <= MAX_FIELDS,
-            format!("it has {} fields; at most {MAX_FIELDS}", self.fields.len()),
-        );
+        expect(&mut problems, grammar::is_name(&self.group), &|| {
+            format!("group {:?} does not match {NAME_PATTERN}", self.group)
+        });
+        expect(&mut problems, grammar::is_camel(&self.kind), &|| {
+            format!("kind {:?} does not match {CAMEL_PATTERN}", self.kind)
+        });
+        expect(&mut problems, grammar::is_camel(&self.section), &|| {
+            format!("section {:?} does not match {CAMEL_PATTERN}", self.section)
+        });
+        expect(&mut problems, self.section != crate::document::MOVED, &|| {
+            format!("section {:?} is the document's list of renames", self.section)
+        });
+        expect(&mut problems, grammar::is_prefix(&self.id_prefix), &|| {
+            format!("idPrefix {:?} does not match {PREFIX_PATTERN}", self.id_prefix)
+        });
+        expect(&mut problems, self.fields.len() <= MAX_FIELDS, &|| {
+            format!("it has {} fields; at most {MAX_FIELDS}", self.fields.len())
+        });
         let mut fields = Vec::with_capacity(self.fields.len());
         for (position, field) in self.fields.iter().enumerate() {
             let name = &field.name;
-            expect(&mut problems, grammar::is_camel(name), format!("field {name:?} does not match {CAMEL_PATTERN}"));
-            expect(&mut problems, !RESERVED.contains(&name.as_str()), format!("field {name:?} is reserved"));
-            expect(
-                &mut problems,
-                !self.fields[..position].iter().any(|earlier| earlier.name == *name),
-                format!("field {name:?} is declared twice"),
-            );
+            expect(&mut problems, grammar::is_camel(name), &|| {
+                format!("field {name:?} does not match {CAMEL_PATTERN}")
+            });
+            expect(&mut problems, !RESERVED.contains(&name.as_str()), &|| format!("field {name:?} is reserved"));
+            expect(&mut problems, !self.fields[..position].iter().any(|earlier| earlier.name == *name), &|| {
+                format!("field {name:?} is declared twice")
+            });
             let ty = match (field.ty.as_str(), &field.target) {
                 ("string", None) => FieldType::String,
                 ("name", None) => FieldType::Name,
