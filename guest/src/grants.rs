@@ -6,14 +6,22 @@
 pub fn allows(grants: &[String], permission: &str, scope: &str) -> bool {
     grants.iter().any(|grant| {
         let Some((granted, granted_scope)) = grant.split_once('@') else { return false };
-        let (granted, granted_scope) = (granted.trim(), granted_scope.trim());
-        let segments: Vec<&str> = granted.split(':').collect();
-        let wanted: Vec<&str> = permission.split(':').collect();
-        segments.len() == 3
-            && wanted.len() == 3
-            && segments.iter().zip(&wanted).all(|(have, want)| *have == "*" || have == want)
-            && (granted_scope == "*" || granted_scope == scope)
+        let granted_scope = granted_scope.trim();
+        covers(granted.trim(), permission) && (granted_scope == "*" || granted_scope == scope)
     })
+}
+
+/// Whether the permission `granted` (three segments, any of them `*`) covers `wanted`
+/// (three segments), segment by segment.
+fn covers(granted: &str, wanted: &str) -> bool {
+    let (mut have, mut want) = (granted.split(':'), wanted.split(':'));
+    for _ in 0..3 {
+        match (have.next(), want.next()) {
+            (Some(have), Some(want)) if have == "*" || have == want => {}
+            _ => return false,
+        }
+    }
+    have.next().is_none() && want.next().is_none()
 }
 
 /// The permission and scope of a module's mutations (SPEC §3).
@@ -34,5 +42,9 @@ mod tests {
         assert!(!allows(&grants(&["compute:pools:write @ compute-offers"]), "compute:pools:write", "compute-pools"));
         assert!(!allows(&grants(&["compute:fleet:admin @ compute-fleet"]), "compute:fleet:override", "compute-fleet"));
         assert!(!allows(&grants(&["nonsense"]), "compute:pools:write", "compute-pools"));
+        assert!(!allows(&grants(&["compute:pools @ *"]), "compute:pools:write", "compute-pools"));
+        assert!(!allows(&grants(&["compute:pools:write:all @ *"]), "compute:pools:write", "compute-pools"));
+        assert!(!allows(&grants(&["*:*:* @ *"]), "compute:pools", "compute-pools"));
+        assert!(allows(&grants(&["*:*:* @ *"]), "compute:pools:write", "compute-pools"));
     }
 }
