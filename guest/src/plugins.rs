@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 
 use serde_json::Value as Json;
 
@@ -162,10 +163,20 @@ fn leak(text: &str) -> &'static str {
     Box::leak(text.to_owned().into_boxed_str())
 }
 
-/// The plugin kinds of a `plugins.kinds` answer.
+/// The plugin kinds of a `plugins.kinds` answer. Their descriptors live as long as the
+/// process, so an answer read before gives the kinds it gave then rather than new ones:
+/// a host that keeps one instance for many calls, as the console does, gives the same
+/// answer to every call, which would otherwise leak its kinds again each time.
 pub fn parse_kinds(json: &str) -> Result<Vec<&'static Descriptor>, String> {
+    static READ: Mutex<Vec<(String, Vec<&'static Descriptor>)>> = Mutex::new(Vec::new());
+    let mut read = READ.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, kinds)) = read.iter().find(|(answer, _)| answer == json) {
+        return Ok(kinds.clone());
+    }
     let kinds: Vec<PluginKind> = serde_json::from_str(json).map_err(|error| format!("plugin kinds: {error}"))?;
-    kinds.into_iter().map(PluginKind::into_descriptor).collect()
+    let kinds = kinds.into_iter().map(PluginKind::into_descriptor).collect::<Result<Vec<_>, _>>()?;
+    read.push((json.to_owned(), kinds.clone()));
+    Ok(kinds)
 }
 
 /// One object for a plugin's check (the plugin package's `subject`).
@@ -220,6 +231,20 @@ mod tests {
         assert_eq!(descriptor.fields[0].ty, FieldType::Ref("pool"));
         assert_eq!(descriptor.summary, &[Part::Labeled("pool"), Part::Labeled("owner")]);
         assert_eq!(PluginKind::of(descriptor), form);
+    }
+
+    #[test]
+    fn an_answer_read_again_gives_the_same_kinds() {
+        let answer = serde_json::to_string(&[reservations()]).unwrap();
+        let first = parse_kinds(&answer).unwrap();
+        let again = parse_kinds(&answer).unwrap();
+        assert!(std::ptr::eq(first[0], again[0]), "the kinds of an answer read before are not made again");
+        let mut other = reservations();
+        other.id_prefix = "rsvn".into();
+        let other = parse_kinds(&serde_json::to_string(&[other]).unwrap()).unwrap();
+        assert_eq!(other[0].id_prefix(), Some("rsvn"));
+        assert!(parse_kinds("[{}]").is_err());
+        assert!(parse_kinds("[{}]").is_err(), "an answer that failed is read again, and fails again");
     }
 
     #[test]
