@@ -3,8 +3,8 @@
 //! request, `FLEET_ORIGIN` in its environment, outgoing HTTP to the origin. Used by the
 //! end-to-end tests and by the benchmark (`#[path]`-included).
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hyper::server::conn::http1;
 use tokio::net::TcpListener;
@@ -82,9 +82,8 @@ pub struct EdgeServer {
 impl EdgeServer {
     /// Serves the component at `wasm` with `FLEET_ORIGIN=origin`.
     pub fn start(wasm: &Path, origin: &str) -> anyhow::Result<EdgeServer> {
-        let engine = Engine::default();
-        let component = Component::from_file(&engine, wasm)?;
-        let mut linker = Linker::new(&engine);
+        let component = compiled(wasm)?;
+        let mut linker = Linker::new(component.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         let edge = Arc::new(Edge { pre: ProxyPre::new(linker.instantiate_pre(&component)?)?, origin: origin.into() });
@@ -117,6 +116,19 @@ impl EdgeServer {
         });
         Ok(EdgeServer { base, stop: Some(stop), thread: Some(thread) })
     }
+}
+
+/// The component at `wasm`, compiled once a process: compiling the edge (the whole
+/// planner) takes seconds, and every test of the edge starts servers of its own.
+fn compiled(wasm: &Path) -> anyhow::Result<Component> {
+    static COMPILED: Mutex<Vec<(PathBuf, Component)>> = Mutex::new(Vec::new());
+    let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, component)) = compiled.iter().find(|(path, _)| path == wasm) {
+        return Ok(component.clone());
+    }
+    let component = Component::from_file(&Engine::default(), wasm)?;
+    compiled.push((wasm.to_path_buf(), component.clone()));
+    Ok(component)
 }
 
 impl Drop for EdgeServer {
