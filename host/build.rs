@@ -49,7 +49,7 @@ fn main() -> Result<()> {
     let plugins_dir = profile_dir.join("plugins");
     std::fs::create_dir_all(&plugins_dir)?;
     let packages = ["fleet-guest", "fleet-hostile-guest", "fleet-plugin-reservations", "fleet-hostile-plugin"];
-    let modules = build_guests(&workspace, &out_dir, TARGET, &packages)?;
+    let modules = build_guests(&workspace, TARGET, &packages)?;
     let components = [
         ("fleet_guest", out_dir.join("fleet_planner.wasm")),
         ("fleet_hostile_guest", out_dir.join("fleet_hostile.wasm")),
@@ -69,7 +69,7 @@ fn main() -> Result<()> {
     println!("cargo:rustc-env=FLEET_HOSTILE_PLUGIN_WASM={}", out_dir.join("fleet_hostile_plugin.wasm").display());
     build_python_plugin(&workspace, &plugins_dir.join("maintenance-windows.wasm"));
 
-    let edge = build_guests(&workspace, &out_dir, EDGE_TARGET, &["fleet-edge"])?.join("fleet_edge.wasm");
+    let edge = build_guests(&workspace, EDGE_TARGET, &["fleet-edge"])?.join("fleet_edge.wasm");
     let edge_out = out_dir.join("fleet-edge.wasm");
     std::fs::copy(&edge, &edge_out).with_context(|| format!("copying {}", edge.display()))?;
     println!("cargo:rustc-env=FLEET_EDGE_WASM={}", edge_out.display());
@@ -160,10 +160,12 @@ fn ensure_target(target: &str) -> Result<()> {
 
 /// Runs a nested cargo for `packages` and returns the directory of their modules. It
 /// needs its own target dir (the outer build holds the lock of ours) and none of the
-/// outer build's flags or wrappers.
-fn build_guests(workspace: &Path, out_dir: &Path, target: &str, packages: &[&str]) -> Result<PathBuf> {
+/// outer build's flags or wrappers. That dir is one for every outer build: the modules
+/// are the same whatever the outer profile or flags, so clippy, the tests, the release
+/// build and the fuzz targets (a workspace of their own) build them once between them.
+fn build_guests(workspace: &Path, target: &str, packages: &[&str]) -> Result<PathBuf> {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let target_dir = out_dir.join("guest-target");
+    let target_dir = workspace.join("target/components");
     let status = Command::new(cargo)
         .current_dir(workspace)
         .args(["build", "--release", "--locked", "--target", target])
