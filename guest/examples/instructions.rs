@@ -16,7 +16,9 @@
 //! SHA-256 where the native build may use the CPU's) and the host's.
 
 use fleet_guest::{Caller, Catalog, Error, Host, Snapshot};
-use serde_json::{Map, Value, json};
+#[path = "estates/mod.rs"]
+mod estates;
+use estates::{SMALL_POOLS, applied, caller, creates, small_change};
 
 /// A host that hands the planner its tenant in the state encoding, decoded per call.
 struct Encoded {
@@ -38,70 +40,6 @@ impl Host for Encoded {
     }
 }
 
-/// `pools` pools on one site and account, each with a flavor.
-fn document(pools: usize) -> Value {
-    let mut pool_section = Map::new();
-    let mut flavors = Map::new();
-    for index in 0..pools {
-        let pool = format!("pool-{index}");
-        flavors.insert(format!("flavor-{index}"), json!({"pool": pool, "vcpus": 8, "memoryMib": 32768, "gpus": 1}));
-        pool_section.insert(
-            pool,
-            json!({"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": format!("team-{}", index % 50),
-                   "vcpus": 64, "memoryMib": 262_144, "gpus": 8}),
-        );
-    }
-    json!({"sites": {"eu-west": {"region": "eu-west-1"}}, "providerAccounts": {"aws-main": {"provider": "aws"}},
-           "pools": pool_section, "flavors": flavors})
-}
-
-/// An id: the prefix and 26 characters of base32, unique per number.
-fn id(prefix: &str, number: usize) -> String {
-    let alphabet = b"abcdefghijklmnopqrstuvwxyz234567";
-    let mut rest = number;
-    let text: String = (0..26)
-        .map(|_| {
-            let character = alphabet[rest % 32] as char;
-            rest /= 32;
-            character
-        })
-        .collect();
-    format!("{prefix}_{text}")
-}
-
-/// The tenant that applying [`document`] of `pools` pools leaves: its objects, their
-/// references as ids, and the names bound to the ids.
-fn applied(pools: usize) -> Snapshot {
-    let mut bindings = vec![
-        json!({"kind": "site", "name": "eu-west", "id": id("site", 0)}),
-        json!({"kind": "providerAccount", "name": "aws-main", "id": id("acct", 0)}),
-    ];
-    let mut pool_objects = Vec::new();
-    let mut flavors = Vec::new();
-    for index in 0..pools {
-        bindings.push(json!({"kind": "pool", "name": format!("pool-{index}"), "id": id("pool", index)}));
-        bindings.push(json!({"kind": "flavor", "name": format!("flavor-{index}"), "id": id("flv", index)}));
-        pool_objects.push(json!({"id": id("pool", index), "site": id("site", 0), "account": id("acct", 0),
-                                 "class": "gpu", "owner": format!("team-{}", index % 50), "vcpus": 64,
-                                 "memoryMib": 262_144, "gpus": 8}));
-        flavors.push(json!({"id": id("flv", index), "pool": id("pool", index), "vcpus": 8, "memoryMib": 32768,
-                            "gpus": 1}));
-    }
-    let state = json!({
-        "caller": {"tenant": "bench", "principal": "alice"},
-        "sites": [{"id": id("site", 0), "region": "eu-west-1"}],
-        "providerAccounts": [{"id": id("acct", 0), "provider": "aws"}],
-        "pools": pool_objects,
-        "flavors": flavors,
-        "bindings": bindings,
-    });
-    serde_json::from_value(state).expect("a snapshot")
-}
-
-fn caller() -> Caller {
-    Caller { tenant: "bench".into(), principal: "alice".into(), grants: None }
-}
-
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let (mode, count) = match arguments.as_slice() {
@@ -111,17 +49,12 @@ fn main() {
     let empty = Snapshot::empty(caller());
     match mode {
         "creates" => {
-            let request = json!({"document": document(count / 2)}).to_string();
-            let plan = fleet_guest::plan(&empty, &request).expect("a plan");
+            let plan = fleet_guest::plan(&empty, &creates(count)).expect("a plan");
             println!("{} bytes of plan", plan.len());
         }
         "small" => {
-            // The tenant as an apply of the small document leaves it (references are ids).
-            let small = document(9);
-            let host = Encoded { caller: caller(), state: applied(9).encode(&Catalog::built_in()) };
-            let mut changed = small;
-            changed["pools"]["pool-3"]["gpus"] = json!(16);
-            let request = json!({"document": changed}).to_string();
+            let host = Encoded { caller: caller(), state: applied(SMALL_POOLS).encode(&Catalog::built_in()) };
+            let request = small_change();
             // Every plan is made; the last is shown.
             let last = (0..count).fold(String::new(), |_, _| fleet_guest::plan(&host, &request).expect("a plan"));
             println!("{count} plans, the last: {last}");

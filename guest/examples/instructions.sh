@@ -1,21 +1,32 @@
 #!/bin/sh
-# Instructions the native planner runs per create and per small plan (callgrind counts
-# instructions, so the machine's speed does not move them; the same build gives the
-# same figures). Each is the difference of two runs, divided by what it adds.
+# Instructions the planner runs per create and per small plan, natively and as the
+# component in the server's sandbox (host/examples/component_instructions.rs). callgrind
+# counts instructions, so the machine's speed does not move them: the same build gives
+# the same figures. Each is the difference of two runs, divided by what it adds.
+# (Under valgrind the sandbox has no pooling allocator: instances are made on demand.)
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --quiet --release -p fleet-guest --example instructions
-binary=target/release/examples/instructions
+cargo build --quiet --release -p fleet --example component_instructions
+native=target/release/examples/instructions
+component=target/release/examples/component_instructions
+"$component" warm >/dev/null
 
-# The instructions of one run of the example with these arguments.
+# The instructions of one run of a program with these arguments.
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$binary" "$@" 2>&1 >/dev/null |
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
         sed -n 's/.*Collected : //p'
 }
 
-creates_small=$(count creates 2000)
-creates_large=$(count creates 4000)
-echo "instructions per create:     $(( (creates_large - creates_small) / 2000 ))"
-plans_one=$(count small 1)
-plans_many=$(count small 201)
-echo "instructions per small plan: $(( (plans_many - plans_one) / 200 ))"
+for planner in native component; do
+    eval binary=\$$planner
+    creates_small=$(count "$binary" creates 2000)
+    creates_large=$(count "$binary" creates 4000)
+    echo "$planner: instructions per create:     $(( (creates_large - creates_small) / 2000 ))"
+    plans_one=$(count "$binary" small 1)
+    plans_many=$(count "$binary" small 101)
+    echo "$planner: instructions per small plan: $(( (plans_many - plans_one) / 100 ))"
+done
+# Memory is not counted in instructions, but it is as repeatable: what a plan of 100k
+# creates grows the component's linear memory to, per object.
+echo "component: $("$component" memory 100000)"

@@ -1,0 +1,72 @@
+//! The units of `guest/examples/instructions.rs`, planned by the component in the
+//! sandbox, as the server runs it: what an instruction counter reads here, against the
+//! native figures, is what running the planner as WebAssembly costs (cranelift's code,
+//! software SHA-256, instantiation, the imports). Run by `guest/examples/instructions.sh`.
+//!
+//! `warm` compiles the component into the cache the counted runs load it from (a
+//! compile under callgrind takes minutes); `creates N` and `small N` are the guest
+//! example's; `memory N` prints what a plan of N creates grew the guest's memory to,
+//! per object, beyond an empty call's (as the benchmark's `guest_bytes_per_object`).
+
+use std::time::Duration;
+
+use fleet::planner::{Budget, Entry, Sandbox, Session, Source};
+use fleet_guest::Snapshot;
+
+#[path = "../../guest/examples/estates/mod.rs"]
+mod estates;
+use estates::{EVERY_GRANT, SMALL_POOLS, applied, caller, creates, small_change};
+
+fn main() -> anyhow::Result<()> {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, count) = match arguments.as_slice() {
+        [mode] if mode == "warm" => (mode.as_str(), 0),
+        [mode, count] => (mode.as_str(), count.parse::<usize>()?),
+        _ => anyhow::bail!("usage: component_instructions warm | creates N | small N | memory N"),
+    };
+    let dir = tempfile::tempdir()?;
+    let db = fleet::db::open(&dir.path().join("instructions.db"))?;
+    // Under callgrind the guest runs fifty times slower: its clock must not stop it.
+    let budget = Budget { cpu: Duration::from_secs(3600), ..Budget::default() };
+    let cache = std::env::temp_dir().join("fleet-instructions-cache");
+    let sandbox = Sandbox::new(fleet::planner::PLANNER, budget, Some(&cache), fleet::metrics::Metrics::new())?
+        .with_deadline(Duration::from_secs(3600));
+    let every = fleet::calls::auth::Grant::parse(EVERY_GRANT).map_err(anyhow::Error::msg)?;
+    let planner_caller = caller();
+    let server_caller = fleet::calls::auth::Caller {
+        tenant: planner_caller.tenant,
+        principal: planner_caller.principal,
+        grants: vec![every],
+        token: None,
+    };
+    let call = |state: Snapshot, entry: Entry, request: &str| -> anyhow::Result<String> {
+        let session = Session {
+            caller: server_caller.clone(),
+            db: db.get()?,
+            source: Source::Snapshot(Box::new(state)),
+            methods: None,
+        };
+        sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
+    };
+    let plan = |state: Snapshot, request: &str| call(state, Entry::Plan, request);
+    match mode {
+        "warm" => println!("compiled into {}", cache.display()),
+        "creates" => println!("{} bytes of plan", plan(Snapshot::empty(caller()), &creates(count))?.len()),
+        "memory" => {
+            call(Snapshot::empty(caller()), Entry::Export, "{}")?;
+            let empty_call = sandbox.largest_memory();
+            plan(Snapshot::empty(caller()), &creates(count))?;
+            println!("{} bytes per object", (sandbox.largest_memory() - empty_call) / count.max(1));
+        }
+        "small" => {
+            let (state, request) = (applied(SMALL_POOLS), small_change());
+            let mut last = String::new();
+            for _ in 0..count {
+                last = plan(state.clone(), &request)?;
+            }
+            println!("{count} plans, the last: {last}");
+        }
+        _ => anyhow::bail!("no mode {mode}"),
+    }
+    Ok(())
+}
