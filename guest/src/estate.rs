@@ -79,6 +79,7 @@ impl Estate {
         }
         for table in &mut indexed {
             let mut id_to_name: HashMap<String, String> = HashMap::default();
+            id_to_name.reserve(table.name_to_id.len());
             for (name, id) in &table.name_to_id {
                 match id_to_name.entry(id.clone()) {
                     Entry::Vacant(entry) => {

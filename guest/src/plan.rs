@@ -547,8 +547,14 @@ impl<'a> Planner<'a> {
     fn resolve_keys(&mut self, request: &'a PlanRequest, problems: &mut Problems) {
         let estate = self.estate;
         for (kind, descriptor) in estate.catalog.iter() {
+            // Room for every key at once: maps that grow as they fill are rebuilt each time.
+            let section = request.document.section(kind);
             let mut keys_by_existing_id: HashMap<&str, &str> = HashMap::default();
-            for (key, values) in request.document.section(kind) {
+            keys_by_existing_id.reserve(section.len());
+            self.ids_by_key[kind].reserve(section.len());
+            self.keys_by_id[kind].reserve(section.len());
+            self.entries[kind].reserve_exact(section.len());
+            for (key, values) in section {
                 let target = if descriptor.upserted() {
                     estate.get(kind, key).map_or(Target::Create(None), Target::Existing)
                 } else if estate.catalog.id_kind(key) == Some(kind) {
