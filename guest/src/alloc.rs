@@ -1,5 +1,6 @@
-//! The component's allocator: talc over a static arena, then over linear memory grown
-//! in steps of [`STEP`].
+//! The component's allocator: small blocks from free lists ([`crate::blocks`]), the
+//! rest from talc over a static arena, then over linear memory grown in steps of
+//! [`STEP`].
 //!
 //! The default allocator of `wasm32-unknown-unknown` (dlmalloc) takes all of its memory
 //! with `memory.grow`, 64 KiB at a time. Every instance of the planner is fresh, so
@@ -9,7 +10,7 @@
 //! lives in `.bss`, so it is part of the memory every instance starts with and small
 //! requests never grow; large ones grow a few times instead of once per 64 KiB.
 
-use core::alloc::Layout;
+use core::alloc::{GlobalAlloc, Layout};
 use core::arch::wasm32::memory_grow;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
@@ -19,6 +20,8 @@ use talc::base::binning::Binning;
 use talc::cell::TalcSyncCell;
 use talc::source::Source;
 use talc::wasm::WasmBinning;
+
+use crate::blocks::Blocks;
 
 /// The heap every instance starts with; requests that need more grow memory.
 const ARENA: usize = 256 << 10;
@@ -34,8 +37,36 @@ const OVERHEAD: usize = 256;
 static mut MEMORY: [MaybeUninit<u8>; ARENA] = [MaybeUninit::uninit(); ARENA];
 
 #[global_allocator]
-static ALLOCATOR: TalcSyncCell<ArenaThenGrow, WasmBinning> =
-    TalcSyncCell::new_wasm(ArenaThenGrow { arena_used: 0, end: None });
+static ALLOCATOR: SingleThreaded<Blocks<TalcSyncCell<ArenaThenGrow, WasmBinning>>> =
+    SingleThreaded(Blocks::new(TalcSyncCell::new_wasm(ArenaThenGrow { arena_used: 0, end: None })));
+
+/// What a program with one thread may share as if it had many.
+struct SingleThreaded<T>(T);
+
+const _: () =
+    assert!(cfg!(all(target_family = "wasm", not(target_feature = "atomics"))), "the component has one thread");
+
+// SAFETY: WebAssembly without atomics has one thread (asserted above), so nothing is
+// ever used from two threads at once.
+unsafe impl<T> Sync for SingleThreaded<T> {}
+
+// SAFETY: `Blocks` is a `GlobalAlloc`; this only lets the one thread reach it.
+unsafe impl<T: GlobalAlloc> GlobalAlloc for SingleThreaded<T> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as our caller promised.
+        unsafe { self.0.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: as our caller promised.
+        unsafe { self.0.dealloc(block, layout) }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as our caller promised.
+        unsafe { self.0.realloc(block, layout, new_size) }
+    }
+}
 
 /// Hands talc the arena, a step at a time, then memory grown at the end of linear
 /// memory, extending the heap whenever the new memory is contiguous with it.

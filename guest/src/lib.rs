@@ -31,6 +31,9 @@ mod component;
 #[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[expect(unsafe_code, reason = "an allocator hands out raw memory")]
 mod alloc;
+#[cfg(any(test, all(target_arch = "wasm32", feature = "component")))]
+#[expect(unsafe_code, reason = "an allocator hands out raw memory")]
+mod blocks;
 
 #[cfg_attr(
     all(target_arch = "wasm32", feature = "component"),
