@@ -588,24 +588,36 @@ fn parse_value(
             valid.then_some(Value::Map(parsed))
         }
         (FieldType::Map, _) => fail("must be an object of string values".to_owned()),
-        (_, Json::String(text)) => match ty {
-            FieldType::String if required && text.is_empty() => fail("must not be empty".to_owned()),
-            FieldType::Name if !is_name(text) => fail(format!("must match {NAME_PATTERN}")),
-            FieldType::Ref(target) => {
-                let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
-                match target {
-                    Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
-                        Some(Value::Text(strings.get(text)))
-                    }
-                    _ => {
-                        let a = target.map_or_else(String::new, |(_, descriptor)| descriptor.a());
-                        fail(format!("must be the key of {a} in the document or {a} id"))
-                    }
+        (_, Json::String(text)) => text_value(catalog, ty, required, text, strings).map_or_else(fail, Some),
+        (_, _) => fail("must be a string".to_owned()),
+    }
+}
+
+/// The value of a field of text (a string, a name or a reference) given `text`, or what
+/// is wrong with it.
+fn text_value(
+    catalog: &Catalog,
+    ty: FieldType,
+    required: bool,
+    text: &str,
+    strings: &mut Strings,
+) -> Result<Value, String> {
+    match ty {
+        FieldType::String if required && text.is_empty() => Err("must not be empty".to_owned()),
+        FieldType::Name if !is_name(text) => Err(format!("must match {NAME_PATTERN}")),
+        FieldType::Ref(target) => {
+            let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
+            match target {
+                Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
+                    Ok(Value::Text(strings.get(text)))
+                }
+                _ => {
+                    let a = target.map_or_else(String::new, |(_, descriptor)| descriptor.a());
+                    Err(format!("must be the key of {a} in the document or {a} id"))
                 }
             }
-            _ => Some(Value::Text(strings.get(text))),
-        },
-        (_, _) => fail("must be a string".to_owned()),
+        }
+        _ => Ok(Value::Text(strings.get(text))),
     }
 }
 

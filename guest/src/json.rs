@@ -77,23 +77,20 @@ pub const MAX_COUNT: u64 = (1 << 53) - 1;
 /// integers too, as JSON Schema (2020-12) and RFC 8785 read numbers.
 pub fn count(value: &Value) -> Option<u64> {
     let Value::Number(number) = value else { return None };
-    let count = match number.as_u64() {
-        Some(count) => count,
-        None => {
-            let float = number.as_f64()?;
-            if !(float >= 0.0 && float.fract() == 0.0 && float <= MAX_COUNT as f64) {
-                return None;
-            }
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "an integral float in 0 ..= 2^53 - 1"
-            )]
-            let count = float as u64;
-            count
-        }
-    };
-    (count <= MAX_COUNT).then_some(count)
+    match number.as_u64() {
+        Some(count) => (count <= MAX_COUNT).then_some(count),
+        None => count_of_float(number.as_f64()?),
+    }
+}
+
+/// [`count`] of a number read as a float: an integral one in 0 ..= 2^53 − 1.
+pub fn count_of_float(float: f64) -> Option<u64> {
+    if !(float >= 0.0 && float.fract() == 0.0 && float <= MAX_COUNT as f64) {
+        return None;
+    }
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an integral float in 0 ..= 2^53 - 1")]
+    let count = float as u64;
+    Some(count)
 }
 
 /// A JSON pointer (RFC 6901) to the given reference tokens.
