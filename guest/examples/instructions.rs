@@ -9,6 +9,9 @@
 //!
 //! - `creates N`: one plan of N creates (half pools, half their flavors, as the
 //!   benchmark's largest estates) against an empty tenant;
+//! - `estate N R`: R plans of N objects (half pools, half their flavors, one pool in a
+//!   hundred changed) against the tenant their apply left, read from the state encoding;
+//!   run with R = 1 and 2, so that building the estate falls out too;
 //! - `small N`: N plans of a small estate (20 objects, one changed), each reading the
 //!   tenant from the state encoding, as the component does on every call.
 //!
@@ -18,7 +21,7 @@
 use fleet_guest::{Caller, Catalog, Error, Host, Snapshot};
 #[path = "estates/mod.rs"]
 mod estates;
-use estates::{SMALL_POOLS, applied, caller, creates, small_change};
+use estates::{SMALL_POOLS, applied, caller, changes, creates, small_change};
 
 /// A host that hands the planner its tenant in the state encoding, decoded per call.
 struct Encoded {
@@ -42,15 +45,22 @@ impl Host for Encoded {
 
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
-    let (mode, count) = match arguments.as_slice() {
-        [mode, count] => (mode.as_str(), count.parse::<usize>().expect("a count")),
-        _ => panic!("usage: instructions creates|small N"),
+    let (mode, count, runs) = match arguments.as_slice() {
+        [mode, count] => (mode.as_str(), count.parse::<usize>().expect("a count"), 1),
+        [mode, count, runs] => (mode.as_str(), count.parse().expect("a count"), runs.parse().expect("a count")),
+        _ => panic!("usage: instructions creates N | estate N R | small N"),
     };
     let empty = Snapshot::empty(caller());
     match mode {
         "creates" => {
             let plan = fleet_guest::plan(&empty, &creates(count)).expect("a plan");
             println!("{} bytes of plan", plan.len());
+        }
+        "estate" => {
+            let host = Encoded { caller: caller(), state: applied(count / 2).encode(&Catalog::built_in()) };
+            let request = changes(count / 2);
+            let last = (0..runs).fold(String::new(), |_, _| fleet_guest::plan(&host, &request).expect("a plan"));
+            println!("{runs} plans of {} bytes", last.len());
         }
         "small" => {
             let host = Encoded { caller: caller(), state: applied(SMALL_POOLS).encode(&Catalog::built_in()) };

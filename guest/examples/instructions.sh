@@ -23,6 +23,9 @@ for planner in native component; do
     creates_small=$(count "$binary" creates 2000)
     creates_large=$(count "$binary" creates 4000)
     echo "$planner: instructions per create:     $(( (creates_large - creates_small) / 2000 ))"
+    estate_once=$(count "$binary" estate 4000 1)
+    estate_twice=$(count "$binary" estate 4000 2)
+    echo "$planner: instructions per object of a plan of 4000, 1 % changed: $(( (estate_twice - estate_once) / 4000 ))"
     plans_one=$(count "$binary" small 1)
     plans_many=$(count "$binary" small 101)
     echo "$planner: instructions per small plan: $(( (plans_many - plans_one) / 100 ))"

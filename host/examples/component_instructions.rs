@@ -4,8 +4,8 @@
 //! software SHA-256, instantiation, the imports). Run by `guest/examples/instructions.sh`.
 //!
 //! `warm` compiles the component into the cache the counted runs load it from (a
-//! compile under callgrind takes minutes); `creates N` and `small N` are the guest
-//! example's; `memory N` prints what a plan of N creates grew the guest's memory to,
+//! compile under callgrind takes minutes); `creates N`, `estate N R` and `small N` are
+//! the guest example's; `memory N` prints what a plan of N creates grew the guest's memory to,
 //! per object, beyond an empty call's (as the benchmark's `guest_bytes_per_object`).
 
 use std::time::Duration;
@@ -15,14 +15,15 @@ use fleet_guest::Snapshot;
 
 #[path = "../../guest/examples/estates/mod.rs"]
 mod estates;
-use estates::{EVERY_GRANT, SMALL_POOLS, applied, caller, creates, small_change};
+use estates::{EVERY_GRANT, SMALL_POOLS, applied, caller, changes, creates, small_change};
 
 fn main() -> anyhow::Result<()> {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
-    let (mode, count) = match arguments.as_slice() {
-        [mode] if mode == "warm" => (mode.as_str(), 0),
-        [mode, count] => (mode.as_str(), count.parse::<usize>()?),
-        _ => anyhow::bail!("usage: component_instructions warm | creates N | small N | memory N"),
+    let (mode, count, runs) = match arguments.as_slice() {
+        [mode] if mode == "warm" => (mode.as_str(), 0, 0),
+        [mode, count] => (mode.as_str(), count.parse::<usize>()?, 1),
+        [mode, count, runs] => (mode.as_str(), count.parse()?, runs.parse()?),
+        _ => anyhow::bail!("usage: component_instructions warm | creates N | estate N R | small N | memory N"),
     };
     let dir = tempfile::tempdir()?;
     let db = fleet::db::open(&dir.path().join("instructions.db"))?;
@@ -52,6 +53,14 @@ fn main() -> anyhow::Result<()> {
     match mode {
         "warm" => println!("compiled into {}", cache.display()),
         "creates" => println!("{} bytes of plan", plan(Snapshot::empty(caller()), &creates(count))?.len()),
+        "estate" => {
+            let (state, request) = (applied(count / 2), changes(count / 2));
+            let mut last = String::new();
+            for _ in 0..runs {
+                last = plan(state.clone(), &request)?;
+            }
+            println!("{runs} plans of {} bytes", last.len());
+        }
         "memory" => {
             call(Snapshot::empty(caller()), Entry::Export, "{}")?;
             let empty_call = sandbox.largest_memory();

@@ -15,8 +15,16 @@ pub fn creates(objects: usize) -> String {
 /// The request of a plan of the small estate with one pool changed, against
 /// [`applied`]`(SMALL_POOLS)`.
 pub fn small_change() -> String {
-    let mut changed = document(SMALL_POOLS);
-    changed["pools"]["pool-3"]["gpus"] = json!(16);
+    changes(SMALL_POOLS)
+}
+
+/// The request of a plan of `pools` pools and their flavors with one pool in a hundred
+/// changed (and at least one), against [`applied`]`(pools)`.
+pub fn changes(pools: usize) -> String {
+    let mut changed = document(pools);
+    for index in (3..pools).step_by(100) {
+        changed["pools"][format!("pool-{index}")]["gpus"] = json!(16);
+    }
     json!({"document": changed}).to_string()
 }
 
