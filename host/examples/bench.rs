@@ -430,7 +430,11 @@ async fn run(args: Args) -> Result<()> {
             }
             return Ok(());
         }
-        Some(Figure::SmallPlan) => return small_plan(&base, &small_token, &args).await.map(drop),
+        Some(Figure::SmallPlan) => {
+            let (latency, per_second) = small_plan(&base, &small_token, &args).await?;
+            eprintln!("{per_second:.0} small plans per second, {:.3} ms each (median)", latency.as_secs_f64() * 1e3);
+            return Ok(());
+        }
         _ => {}
     }
 
