@@ -38,6 +38,19 @@ struct Reader<'a> {
     strings: Strings,
 }
 
+/// A seed that is its own visitor: it asks the deserializer for what it visits.
+macro_rules! reads_itself {
+    ($seed:ident => $value:ty, $method:ident) => {
+        impl<'de> DeserializeSeed<'de> for $seed<'_, '_> {
+            type Value = $value;
+
+            fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<$value, D::Error> {
+                deserializer.$method(self)
+            }
+        }
+    };
+}
+
 /// What every visitor here answers anything but the happy path with.
 fn give_up<E: de::Error>() -> E {
     E::custom("read again, reporting every problem")
@@ -56,13 +69,7 @@ fn fresh_key<E: de::Error>(key: String, seen: &mut Vec<String>) -> Result<String
 /// `{"document", "prune"?, "planHash"?, "overrides"?, "heal"?}`.
 struct Request<'r, 'a>(&'r mut Reader<'a>);
 
-impl<'de> DeserializeSeed<'de> for Request<'_, '_> {
-    type Value = PlanRequest;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<PlanRequest, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
+reads_itself!(Request => PlanRequest, deserialize_map);
 
 impl<'de> Visitor<'de> for Request<'_, '_> {
     type Value = PlanRequest;
@@ -95,13 +102,7 @@ impl<'de> Visitor<'de> for Request<'_, '_> {
 /// The FleetConfig: its sections, and `moved`.
 struct DocumentSeed<'r, 'a>(&'r mut Reader<'a>);
 
-impl<'de> DeserializeSeed<'de> for DocumentSeed<'_, '_> {
-    type Value = Document;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Document, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
+reads_itself!(DocumentSeed => Document, deserialize_map);
 
 impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
     type Value = Document;
@@ -141,13 +142,7 @@ struct SectionSeed<'r, 'a> {
     section: &'r mut Section,
 }
 
-impl<'de> DeserializeSeed<'de> for SectionSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
+reads_itself!(SectionSeed => (), deserialize_map);
 
 impl<'de> Visitor<'de> for SectionSeed<'_, '_> {
     type Value = ();
@@ -208,13 +203,7 @@ struct ObjectSeed<'r, 'a> {
     descriptor: &'static Descriptor,
 }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, '_> {
-    type Value = Arc<[Value]>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Arc<[Value]>, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
+reads_itself!(ObjectSeed => Arc<[Value]>, deserialize_map);
 
 impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
     type Value = Arc<[Value]>;
@@ -251,13 +240,7 @@ struct FieldSeed<'r, 'a> {
     required: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for FieldSeed<'_, '_> {
-    type Value = Value;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
+reads_itself!(FieldSeed => Value, deserialize_any);
 
 impl<'de> Visitor<'de> for FieldSeed<'_, '_> {
     type Value = Value;
