@@ -17,7 +17,7 @@ use core::ptr::NonNull;
 
 use talc::base::Talc;
 use talc::base::binning::Binning;
-use talc::cell::TalcSyncCell;
+use talc::cell::TalcCell;
 use talc::source::Source;
 use talc::wasm::WasmBinning;
 
@@ -37,8 +37,8 @@ const OVERHEAD: usize = 256;
 static mut MEMORY: [MaybeUninit<u8>; ARENA] = [MaybeUninit::uninit(); ARENA];
 
 #[global_allocator]
-static ALLOCATOR: SingleThreaded<Blocks<TalcSyncCell<ArenaThenGrow, WasmBinning>>> =
-    SingleThreaded(Blocks::new(TalcSyncCell::new_wasm(ArenaThenGrow { arena_used: 0, end: None })));
+static ALLOCATOR: SingleThreaded<Blocks<TalcCell<ArenaThenGrow, WasmBinning>>> =
+    SingleThreaded(Blocks::new(TalcCell::new(ArenaThenGrow { arena_used: 0, end: None })));
 
 /// What a program with one thread may share as if it had many.
 struct SingleThreaded<T>(T);
@@ -50,7 +50,7 @@ const _: () =
 // ever used from two threads at once.
 unsafe impl<T> Sync for SingleThreaded<T> {}
 
-// SAFETY: `Blocks` is a `GlobalAlloc`; this only lets the one thread reach it.
+// SAFETY: `T` is a `GlobalAlloc`; this only lets the one thread reach it.
 unsafe impl<T: GlobalAlloc> GlobalAlloc for SingleThreaded<T> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as our caller promised.

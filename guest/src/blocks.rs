@@ -18,9 +18,9 @@ use core::ptr::{self, null_mut};
 
 /// Sizes are rounded up to a multiple of this, which is also every small block's
 /// alignment.
-pub(crate) const GRAIN: usize = 8;
+const GRAIN: usize = 8;
 /// The largest small block.
-pub(crate) const SMALL: usize = 512;
+const SMALL: usize = 512;
 /// How much a slab takes from the allocator behind at a time.
 const SLAB: usize = 16 << 10;
 const SIZES: usize = SMALL / GRAIN;
