@@ -21,7 +21,7 @@
 use fleet_guest::{Caller, Catalog, Error, Host, Snapshot};
 #[path = "estates/mod.rs"]
 mod estates;
-use estates::{SMALL_POOLS, applied, caller, changes, creates, small_change};
+use estates::{SMALL_POOLS, applied, caller, changes, creates};
 
 /// A host that hands the planner its tenant in the state encoding, decoded per call.
 struct Encoded {
@@ -43,6 +43,14 @@ impl Host for Encoded {
     }
 }
 
+/// `runs` plans of [`changes`]`(pools)` against [`applied`]`(pools)`, each reading the
+/// tenant from the state encoding; the last plan.
+fn plans(pools: usize, runs: usize) -> String {
+    let host = Encoded { caller: caller(), state: applied(pools).encode(&Catalog::built_in()) };
+    let request = changes(pools);
+    (0..runs).fold(String::new(), |_, _| fleet_guest::plan(&host, &request).expect("a plan"))
+}
+
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let (mode, count, runs) = match arguments.as_slice() {
@@ -56,19 +64,8 @@ fn main() {
             let plan = fleet_guest::plan(&empty, &creates(count)).expect("a plan");
             println!("{} bytes of plan", plan.len());
         }
-        "estate" => {
-            let host = Encoded { caller: caller(), state: applied(count / 2).encode(&Catalog::built_in()) };
-            let request = changes(count / 2);
-            let last = (0..runs).fold(String::new(), |_, _| fleet_guest::plan(&host, &request).expect("a plan"));
-            println!("{runs} plans of {} bytes", last.len());
-        }
-        "small" => {
-            let host = Encoded { caller: caller(), state: applied(SMALL_POOLS).encode(&Catalog::built_in()) };
-            let request = small_change();
-            // Every plan is made; the last is shown.
-            let last = (0..count).fold(String::new(), |_, _| fleet_guest::plan(&host, &request).expect("a plan"));
-            println!("{count} plans, the last: {last}");
-        }
+        "estate" => println!("{runs} plans of {} bytes", plans(count / 2, runs).len()),
+        "small" => println!("{count} plans, the last: {}", plans(SMALL_POOLS, count)),
         _ => panic!("no mode {mode}"),
     }
 }

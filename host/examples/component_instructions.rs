@@ -15,7 +15,7 @@ use fleet_guest::Snapshot;
 
 #[path = "../../guest/examples/estates/mod.rs"]
 mod estates;
-use estates::{EVERY_GRANT, SMALL_POOLS, applied, caller, changes, creates, small_change};
+use estates::{EVERY_GRANT, SMALL_POOLS, applied, caller, changes, creates};
 
 fn main() -> anyhow::Result<()> {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
@@ -50,31 +50,26 @@ fn main() -> anyhow::Result<()> {
         sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
     };
     let plan = |state: Snapshot, request: &str| call(state, Entry::Plan, request);
+    // `runs` plans of `changes(pools)` against `applied(pools)`; the last plan.
+    let plans = |pools: usize, runs: usize| -> anyhow::Result<String> {
+        let (state, request) = (applied(pools), changes(pools));
+        let mut last = String::new();
+        for _ in 0..runs {
+            last = plan(state.clone(), &request)?;
+        }
+        Ok(last)
+    };
     match mode {
         "warm" => println!("compiled into {}", cache.display()),
         "creates" => println!("{} bytes of plan", plan(Snapshot::empty(caller()), &creates(count))?.len()),
-        "estate" => {
-            let (state, request) = (applied(count / 2), changes(count / 2));
-            let mut last = String::new();
-            for _ in 0..runs {
-                last = plan(state.clone(), &request)?;
-            }
-            println!("{runs} plans of {} bytes", last.len());
-        }
+        "estate" => println!("{runs} plans of {} bytes", plans(count / 2, runs)?.len()),
         "memory" => {
             call(Snapshot::empty(caller()), Entry::Export, "{}")?;
             let empty_call = sandbox.largest_memory();
             plan(Snapshot::empty(caller()), &creates(count))?;
             println!("{} bytes per object", (sandbox.largest_memory() - empty_call) / count.max(1));
         }
-        "small" => {
-            let (state, request) = (applied(SMALL_POOLS), small_change());
-            let mut last = String::new();
-            for _ in 0..count {
-                last = plan(state.clone(), &request)?;
-            }
-            println!("{count} plans, the last: {last}");
-        }
+        "small" => println!("{count} plans, the last: {}", plans(SMALL_POOLS, count)?),
         _ => anyhow::bail!("no mode {mode}"),
     }
     Ok(())

@@ -12,12 +12,6 @@ pub fn creates(objects: usize) -> String {
     json!({"document": document(objects / 2)}).to_string()
 }
 
-/// The request of a plan of the small estate with one pool changed, against
-/// [`applied`]`(SMALL_POOLS)`.
-pub fn small_change() -> String {
-    changes(SMALL_POOLS)
-}
-
 /// The request of a plan of `pools` pools and their flavors with one pool in a hundred
 /// changed (and at least one), against [`applied`]`(pools)`.
 pub fn changes(pools: usize) -> String {
