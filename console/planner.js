@@ -6,7 +6,7 @@
 // planner. The same module runs in Node.js (the tests) and in the page.
 
 /** The version of the `compute:fleet` WIT package the component implements. */
-const WIT_VERSION = '0.7.0';
+const WIT_VERSION = '0.8.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';
@@ -216,8 +216,8 @@ export class Output {
 }
 
 /**
- * The `compute:fleet/state`, `compute:fleet/methods`, `compute:fleet/plugins` and
- * `compute:fleet/output` imports, answered from a snapshot in the JSON form of
+ * The `compute:fleet/state`, `compute:fleet/methods`, `compute:fleet/plugins`,
+ * `compute:fleet/output` and `compute:fleet/digest` imports, answered from a snapshot in the JSON form of
  * `compute.preview.snapshot`, encoded once, the page's plugin instances (a Map of kind
  * to plugin export), and where results go (an `Output`).
  */
@@ -244,6 +244,12 @@ export function adapters(snapshot, plugins = new Map(), output = new Output()) {
     }),
   };
   const pluginImports = pluginAdapters(snapshot, plugins);
+  // A page has no synchronous SHA-256 faster than the planner's own (WebCrypto's is
+  // asynchronous): the planner computes its digests itself, the same digests.
+  const noDigest = () => {
+    throw new Error('the browser preview computes no SHA-256 for the planner');
+  };
+  const digest = { hasSha256: () => false, sha256Update: noDigest, sha256Finish: noDigest };
   // jco's bindings look imports up by the unversioned name; its typings use the
   // versioned one. Both point at the same adapters.
   return {
@@ -255,6 +261,8 @@ export function adapters(snapshot, plugins = new Map(), output = new Output()) {
     [`compute:fleet/plugins@${WIT_VERSION}`]: pluginImports,
     'compute:fleet/output': output,
     [`compute:fleet/output@${WIT_VERSION}`]: output,
+    'compute:fleet/digest': digest,
+    [`compute:fleet/digest@${WIT_VERSION}`]: digest,
   };
 }
 

@@ -5,11 +5,11 @@ wit_bindgen::generate!({ world: "fleet-planner", path: "../wit" });
 
 use std::io::{BufWriter, Write};
 
-use compute::fleet::{methods, output, plugins, state, types};
+use compute::fleet::{digest, methods, output, plugins, state, types};
 use exports::compute::fleet::planner::Guest;
 
 use crate::plugins::{Finding, Subject};
-use crate::{Caller, Catalog, Error, ErrorCode, Host, Snapshot};
+use crate::{Caller, Catalog, Error, ErrorCode, Host, HostSha256, Snapshot};
 
 struct Component;
 
@@ -91,6 +91,26 @@ impl Host for Imports {
             .into_iter()
             .map(|problem| Finding { subject: problem.subject, path: problem.path, message: problem.message })
             .collect())
+    }
+
+    fn sha256(&self) -> Option<Box<dyn HostSha256>> {
+        digest::has_sha256().then(|| Box::new(ImportedSha256) as Box<dyn HostSha256>)
+    }
+}
+
+/// The host's running SHA-256 (`digest`).
+struct ImportedSha256;
+
+impl HostSha256 for ImportedSha256 {
+    fn update(&mut self, bytes: &[u8]) {
+        digest::sha256_update(bytes);
+    }
+
+    fn finish(&mut self) -> Result<[u8; 32], Error> {
+        let digest = digest::sha256_finish();
+        digest.try_into().map_err(|digest: Vec<u8>| {
+            Error::new(ErrorCode::Internal, format!("the host's SHA-256 digest has {} bytes, not 32", digest.len()))
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use crate::Error;
 
 /// The plan hash of `value`, by whichever path the planner takes for it.
 pub fn plan_hash(value: &serde_json::Value) -> Result<String, Error> {
-    crate::hash::plan_hash(value)
+    crate::hash::plan_hash(value, None)
 }
 
 /// Whether the fast reader of valid plan requests reads `request` as the reader that

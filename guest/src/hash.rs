@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use std::io::{BufWriter, Write};
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -67,21 +69,94 @@ impl Serialize for IdempotencyKey {
     }
 }
 
-/// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`.
+/// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`, computed by
+/// the host's `sha256` when there is one ([`crate::Host::sha256`]).
+pub(crate) fn plan_hash<T: Serialize>(value: &T, sha256: Option<Box<dyn HostSha256>>) -> Result<String, Error> {
+    let digest = match sha256 {
+        Some(sha256) => canonical_digest(value, BufWriter::with_capacity(HOST_CHUNK, ToHost(sha256)))?,
+        None => canonical_digest(value, Here(Sha256::new()))?,
+    };
+    Ok(format!("sha256:{}", data_encoding::HEXLOWER.encode(&digest)))
+}
+
+/// The digest of `value`'s canonical JSON.
 ///
 /// A value that serializes its members in canonical order (the plan's does) is streamed
 /// straight into the hasher, its order checked on the way; any other value, or one with
 /// a fractional number, is hashed through a JSON tree, sorted.
-pub(crate) fn plan_hash<T: Serialize>(value: &T) -> Result<String, Error> {
-    let failed =
-        |error: &dyn std::fmt::Display| Error::new(ErrorCode::Internal, format!("the plan cannot be hashed: {error}"));
-    let mut hasher = Sha256::new();
-    if !write_if_canonical(value, HashWriter(&mut hasher)).map_err(|error| failed(&error))? {
-        let value = serde_json::to_value(value).map_err(|error| failed(&error))?;
-        hasher = Sha256::new();
-        canonical(&value, &mut HashWriter(&mut hasher)).map_err(|error| failed(&error))?;
+fn canonical_digest<T: Serialize>(value: &T, mut hasher: impl Hasher) -> Result<[u8; 32], Error> {
+    if !write_if_canonical(value, &mut hasher).map_err(|error| cannot_hash(&error))? {
+        // What the hasher was given is garbage: its digest is let go.
+        hasher.finish()?;
+        let value = serde_json::to_value(value).map_err(|error| cannot_hash(&error))?;
+        canonical(&value, &mut hasher).map_err(|error| cannot_hash(&error))?;
     }
-    Ok(format!("sha256:{}", data_encoding::HEXLOWER.encode(&hasher.finalize())))
+    hasher.finish()
+}
+
+fn cannot_hash(error: &dyn std::fmt::Display) -> Error {
+    Error::new(ErrorCode::Internal, format!("the plan cannot be hashed: {error}"))
+}
+
+/// A SHA-256 the host computes: `wit/`'s `digest` interface, for a host that has the
+/// CPU's SHA instructions, which WebAssembly lacks. The digest is the planner's own.
+pub trait HostSha256 {
+    /// Appends `bytes` to the running digest.
+    fn update(&mut self, bytes: &[u8]);
+    /// The digest of what the running one was given; the next update starts another.
+    fn finish(&mut self) -> Result<[u8; 32], Error>;
+}
+
+/// A running SHA-256 that JSON is written to. The serializer writes a plan in pieces of
+/// a few bytes, so each kind is a type of its own, its writes inlined.
+trait Hasher: Write {
+    /// The digest of what the hasher was given; what it is given next starts another.
+    fn finish(&mut self) -> Result<[u8; 32], Error>;
+}
+
+/// SHA-256 computed here.
+struct Here(Sha256);
+
+impl Write for Here {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Hasher for Here {
+    fn finish(&mut self) -> Result<[u8; 32], Error> {
+        Ok(self.0.finalize_reset().into())
+    }
+}
+
+/// How much the planner gathers before handing it to the host's SHA-256: each import
+/// call has its cost.
+const HOST_CHUNK: usize = 64 << 10;
+
+/// The host's SHA-256 as a writer, behind a buffer of [`HOST_CHUNK`].
+struct ToHost(Box<dyn HostSha256>);
+
+impl Write for ToHost {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Hasher for BufWriter<ToHost> {
+    fn finish(&mut self) -> Result<[u8; 32], Error> {
+        self.flush().map_err(|error| cannot_hash(&error))?;
+        self.get_mut().0.finish()
+    }
 }
 
 /// Writes `value` to `out` if it serializes as canonical JSON as it is (members in
@@ -92,19 +167,6 @@ pub(crate) fn write_if_canonical<T: Serialize>(value: &T, out: impl std::io::Wri
         Ok(()) => Ok(true),
         Err(error) if error.is_io() => Ok(false),
         Err(error) => Err(error),
-    }
-}
-
-struct HashWriter<'a>(&'a mut Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -368,7 +430,7 @@ mod tests {
             serde_json::json!({"a\"b": 1, "a\nb": 2, "a": {"": {}}}),
         ];
         assert!(!write_if_canonical(&Unordered { b: 1, a: 2 }, Vec::new()).unwrap());
-        assert_eq!(plan_hash(&Unordered { b: 1, a: 2 }).unwrap(), reference(&cases[0]));
+        assert_eq!(plan_hash(&Unordered { b: 1, a: 2 }, None).unwrap(), reference(&cases[0]));
         for (index, value) in cases.iter().enumerate() {
             let mut streamed = Vec::new();
             let canonical = write_if_canonical(value, &mut streamed).unwrap();
@@ -376,16 +438,64 @@ mod tests {
             if canonical {
                 assert_eq!(String::from_utf8(streamed).unwrap(), serde_json_canonicalizer::to_string(value).unwrap());
             }
-            assert_eq!(plan_hash(value).unwrap(), reference(value), "{value}");
+            assert_eq!(plan_hash(value, None).unwrap(), reference(value), "{value}");
         }
+    }
+
+    /// A host's SHA-256 as a test has it: sha2, and the size of each piece it is given.
+    #[derive(Default)]
+    struct HostLike {
+        sha256: Sha256,
+        pieces: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
+    }
+
+    impl HostSha256 for HostLike {
+        fn update(&mut self, bytes: &[u8]) {
+            self.pieces.borrow_mut().push(bytes.len());
+            self.sha256.update(bytes);
+        }
+
+        fn finish(&mut self) -> Result<[u8; 32], Error> {
+            Ok(self.sha256.finalize_reset().into())
+        }
+    }
+
+    /// The host's SHA-256 gives the planner's own digests, by either path (what the
+    /// streamed path wrote before it found the order wrong is let go), and is handed
+    /// the canonical JSON in pieces of at most [`HOST_CHUNK`], not as it is written.
+    #[test]
+    fn the_hosts_sha256_gives_the_same_hashes() {
+        #[derive(Serialize)]
+        struct Unordered {
+            b: Vec<String>,
+            a: u8,
+        }
+        let large: Vec<String> = (0..20_000).map(|index| format!("pool-{index}")).collect();
+        let cases = [
+            serde_json::json!({"a": [1, "x"], "b": {"\u{e000}": 1, "\u{1f600}": 2}}),
+            serde_json::json!({"a": 0.5, "b": [1e21, -0.0]}),
+            serde_json::json!({"pools": large}),
+        ];
+        for value in &cases {
+            let host = HostLike::default();
+            let pieces = host.pieces.clone();
+            assert_eq!(plan_hash(value, Some(Box::new(host))).unwrap(), plan_hash(value, None).unwrap(), "{value}");
+            assert!(pieces.borrow().iter().all(|&piece| piece <= HOST_CHUNK));
+        }
+        let pieces = HostLike::default().pieces;
+        let host = HostLike { pieces: pieces.clone(), ..Default::default() };
+        let unordered = Unordered { b: large, a: 1 };
+        assert_eq!(plan_hash(&unordered, Some(Box::new(host))).unwrap(), plan_hash(&unordered, None).unwrap());
+        // The large array is written once streamed (and let go) and once sorted.
+        assert!(pieces.borrow().len() >= 4, "{:?}", pieces.borrow());
     }
 
     #[test]
     fn plan_hash_is_canonical() {
         let left = serde_json::json!({"b": 1, "a": [1, "x"]});
         let right: serde_json::Value = serde_json::from_str(r#"{"a":[1,"x"],"b":1}"#).unwrap();
-        let hash = plan_hash(&left).unwrap();
-        assert_eq!(hash, plan_hash(&right).unwrap());
+        let hash = plan_hash(&left, None).unwrap();
+        assert_eq!(hash, plan_hash(&right, None).unwrap());
         let expected = Sha256::digest(br#"{"a":[1,"x"],"b":1}"#);
         let hex: String = expected.iter().map(|byte| format!("{byte:02x}")).collect();
         assert_eq!(hash, format!("sha256:{hex}"));

@@ -52,7 +52,7 @@ pub use state::{Binding, Caller, Object, Snapshot, Value};
 
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
-pub use hash::idempotency_key;
+pub use hash::{HostSha256, idempotency_key};
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -79,6 +79,12 @@ pub trait Host {
     /// Told before each policy runs, and `""` once they are done, so that a host whose
     /// budget a policy exhausts can name it (SPEC §14). Nothing by default.
     fn judging(&self, _policy: &str) {}
+    /// A SHA-256 the host computes faster than the planner can (the CPU's SHA
+    /// instructions, which WebAssembly lacks). None by default: the planner computes its
+    /// digests itself, and they are the same.
+    fn sha256(&self) -> Option<Box<dyn HostSha256>> {
+        None
+    }
 }
 
 impl Host for Snapshot {

@@ -525,7 +525,7 @@ pub(crate) fn plan(
         plan.summary.denied = Some(judgement.denied());
         plan.summary.warnings = Some(judgement.warnings());
     }
-    plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan))?;
+    plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan), host.sha256())?;
     Ok(plan)
 }
 

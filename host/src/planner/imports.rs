@@ -8,7 +8,9 @@ use fleet_guest::Snapshot;
 use fleet_guest::plugins::Subject;
 use serde_json::Value;
 
-use super::compute::fleet::{methods, output, plugins, state, types};
+use sha2::Digest;
+
+use super::compute::fleet::{digest, methods, output, plugins, state, types};
 use super::state::Reader;
 use super::{Guest, into_wit_error};
 use crate::api::{ApiError, Code};
@@ -59,6 +61,23 @@ impl output::Host for Guest {
         }
         self.output.extend_from_slice(&chunk);
         Ok(())
+    }
+}
+
+/// The host's SHA-256 is the guest's work done faster: its time counts against the
+/// guest's CPU budget, and what it is given was the guest's memory.
+impl digest::Host for Guest {
+    fn has_sha256(&mut self) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+
+    fn sha256_update(&mut self, bytes: Vec<u8>) -> wasmtime::Result<()> {
+        self.sha256.update(&bytes);
+        Ok(())
+    }
+
+    fn sha256_finish(&mut self) -> wasmtime::Result<Vec<u8>> {
+        Ok(self.sha256.finalize_reset().to_vec())
     }
 }
 

@@ -148,6 +148,9 @@ pub struct Guest {
     /// The result of the call so far, as the guest wrote it (`output.write`); at most
     /// [`Limits::memory_bytes`], as when a result had to fit in the guest's memory.
     output: Vec<u8>,
+    /// The call's running SHA-256 (`digest`): with the CPU's SHA instructions where it
+    /// has them, which the guest's WebAssembly lacks.
+    sha256: sha2::Sha256,
 }
 
 /// Where a call's time goes: the CPU budget counts what is not spent in host imports.
@@ -295,7 +298,15 @@ impl Sandbox {
         metrics.sandbox_instances.inc();
         let limits = Limits::new(self.budget.memory_bytes);
         let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
-        let guest = Guest { session, limits, plugins: self.plugins.clone(), clock, judging: None, output: Vec::new() };
+        let guest = Guest {
+            session,
+            limits,
+            plugins: self.plugins.clone(),
+            clock,
+            judging: None,
+            output: Vec::new(),
+            sha256: Default::default(),
+        };
         let mut store = Store::new(&self.engine, guest);
         store.limiter(|guest| &mut guest.limits);
         // The epoch also advances while the host works in an import: when the deadline
