@@ -217,9 +217,9 @@ export class Output {
 
 /**
  * The `compute:fleet/state`, `compute:fleet/methods`, `compute:fleet/plugins`,
- * `compute:fleet/output` and `compute:fleet/digest` imports, answered from a snapshot in the JSON form of
- * `compute.preview.snapshot`, encoded once, the page's plugin instances (a Map of kind
- * to plugin export), and where results go (an `Output`).
+ * `compute:fleet/output` and `compute:fleet/digest` imports, answered from a snapshot
+ * in the JSON form of `compute.preview.snapshot`, encoded once, the page's plugin
+ * instances (a Map of kind to plugin export), and where results go (an `Output`).
  */
 export function adapters(snapshot, plugins = new Map(), output = new Output()) {
   const state = encodeState(snapshot);

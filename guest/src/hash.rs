@@ -1,8 +1,7 @@
 //! Derivations of SPEC §6.2: planned ids, idempotency keys and the plan hash.
 
-use std::sync::Arc;
-
 use std::io::{BufWriter, Write};
+use std::sync::Arc;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -74,7 +73,7 @@ impl Serialize for IdempotencyKey {
 pub(crate) fn plan_hash<T: Serialize>(value: &T, sha256: Option<Box<dyn HostSha256>>) -> Result<String, Error> {
     let digest = match sha256 {
         Some(sha256) => canonical_digest(value, BufWriter::with_capacity(HOST_CHUNK, ToHost(sha256)))?,
-        None => canonical_digest(value, Here(Sha256::new()))?,
+        None => canonical_digest(value, Sha256::new())?,
     };
     Ok(format!("sha256:{}", data_encoding::HEXLOWER.encode(&digest)))
 }
@@ -114,23 +113,10 @@ trait Hasher: Write {
     fn finish(&mut self) -> Result<[u8; 32], Error>;
 }
 
-/// SHA-256 computed here.
-struct Here(Sha256);
-
-impl Write for Here {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Hasher for Here {
+/// SHA-256 computed here (sha2's hashers are writers).
+impl Hasher for Sha256 {
     fn finish(&mut self) -> Result<[u8; 32], Error> {
-        Ok(self.0.finalize_reset().into())
+        Ok(self.finalize_reset().into())
     }
 }
 
