@@ -3,7 +3,7 @@
 
 wit_bindgen::generate!({ world: "fleet-planner", path: "../wit" });
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 
 use compute::fleet::{digest, methods, output, plugins, state, types};
 use exports::compute::fleet::planner::Guest;
@@ -29,17 +29,10 @@ impl Guest for Component {
     }
 }
 
-/// How much of a result the planner holds before handing it to the host.
-const CHUNK: usize = 64 << 10;
-
 /// Runs an entry point with its result handed to the host through `output.write`, a
-/// chunk at a time.
-fn written(call: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>) -> Result<(), types::Error> {
-    let mut out = BufWriter::with_capacity(CHUNK, Output);
-    let result = call(&mut out);
-    // An error's result is none: what is still buffered is not handed over.
-    let _unwritten = out.into_parts();
-    result.map_err(into_wit_error)
+/// chunk at a time (the planner's JSON writer gathers them).
+fn written(call: impl FnOnce(&mut Output) -> Result<(), Error>) -> Result<(), types::Error> {
+    call(&mut Output).map_err(into_wit_error)
 }
 
 /// The result of the call in progress, as the host takes it.

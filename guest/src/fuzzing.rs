@@ -1,6 +1,6 @@
 //! What the fuzz targets in `fuzz/` reach inside the planner (feature `fuzzing` only):
-//! the two paths of the canonical-JSON writer behind the plan hash, and the two readers
-//! of a plan request.
+//! the JSON writer, the two paths of the canonical JSON behind the plan hash, and the
+//! two readers of a plan request.
 
 use crate::Error;
 
@@ -18,7 +18,14 @@ pub fn streamed_request_agrees(request: &str) -> bool {
 /// The streamed canonical JSON of `value`, when it is canonical as written.
 pub fn streamed(value: &serde_json::Value) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    matches!(crate::hash::write_if_canonical(value, &mut out), Ok(true)).then_some(out)
+    matches!(crate::writer::to_writer_if_canonical(&mut out, value), Ok(true)).then_some(out)
+}
+
+/// `value` as the planner writes every result (serde_json's compact text, it claims).
+pub fn written(value: &serde_json::Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    crate::writer::to_writer(&mut out, value).expect("writing to a Vec cannot fail");
+    out
 }
 
 /// The canonical JSON of `value` through the sorted tree.

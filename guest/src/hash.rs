@@ -7,6 +7,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::kinds::Descriptor;
+use crate::writer::{self, EXACT};
 use crate::{Caller, Error, ErrorCode};
 
 /// The id of a planned create: `<prefix>_` + the first 16 bytes of
@@ -84,7 +85,7 @@ pub(crate) fn plan_hash<T: Serialize>(value: &T, sha256: Option<Box<dyn HostSha2
 /// straight into the hasher, its order checked on the way; any other value, or one with
 /// a fractional number, is hashed through a JSON tree, sorted.
 fn canonical_digest<T: Serialize>(value: &T, mut hasher: impl Hasher) -> Result<[u8; 32], Error> {
-    if !write_if_canonical(value, &mut hasher).map_err(|error| cannot_hash(&error))? {
+    if !writer::to_writer_if_canonical(&mut hasher, value).map_err(|error| cannot_hash(&error))? {
         // What the hasher was given is garbage: its digest is let go.
         hasher.finish()?;
         let value = serde_json::to_value(value).map_err(|error| cannot_hash(&error))?;
@@ -121,8 +122,9 @@ impl Hasher for Sha256 {
 }
 
 /// How much the planner gathers before handing it to the host's SHA-256: each import
-/// call has its cost.
-const HOST_CHUNK: usize = 64 << 10;
+/// call has its cost. The streamed JSON comes in pieces of this size already; the
+/// sorted path writes a few bytes at a time.
+const HOST_CHUNK: usize = crate::writer::CHUNK;
 
 /// The host's SHA-256 as a writer, behind a buffer of [`HOST_CHUNK`].
 struct ToHost(Box<dyn HostSha256>);
@@ -145,33 +147,6 @@ impl Hasher for BufWriter<ToHost> {
     }
 }
 
-/// Writes `value` to `out` if it serializes as canonical JSON as it is (members in
-/// order, no fractions), and says whether it did; what it wrote otherwise is garbage.
-/// `out` must not fail: its errors read as "not canonical".
-pub(crate) fn write_if_canonical<T: Serialize>(value: &T, out: impl std::io::Write) -> Result<bool, serde_json::Error> {
-    match value.serialize(&mut serde_json::Serializer::with_formatter(out, OrderChecked::default())) {
-        Ok(()) => Ok(true),
-        Err(error) if error.is_io() => Ok(false),
-        Err(error) => Err(error),
-    }
-}
-
-/// serde_json's compact output, which is JCS for strings and integers, stopped with an
-/// error as soon as an object's members are not in JCS order (strictly ascending UTF-16
-/// code units) or a number is fractional.
-#[derive(Default)]
-struct OrderChecked {
-    /// Per open object: the previous member's name and the one being written.
-    names: Vec<(String, String)>,
-    depth: usize,
-    in_name: bool,
-    first_member: bool,
-}
-
-/// Integers up to 2^53 in magnitude are exact as IEEE doubles, which is how JCS reads
-/// every number; larger ones are written as their nearest double (found by the fuzzer).
-const EXACT: u64 = 1 << 53;
-
 /// Whether `number` is an integer JCS writes as serde_json does.
 fn is_exact_integer(number: &serde_json::Number) -> bool {
     match (number.as_u64(), number.as_i64()) {
@@ -181,123 +156,17 @@ fn is_exact_integer(number: &serde_json::Number) -> bool {
     }
 }
 
-fn not_canonical() -> std::io::Error {
-    std::io::Error::other("not in canonical order")
-}
-
-impl OrderChecked {
-    fn name(&mut self) -> &mut String {
-        &mut self.names[self.depth - 1].1
-    }
-}
-
-fn utf16_less(left: &str, right: &str) -> bool {
-    if left.is_ascii() && right.is_ascii() {
-        return left < right;
-    }
-    left.encode_utf16().lt(right.encode_utf16())
-}
-
-impl serde_json::ser::Formatter for OrderChecked {
-    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.depth += 1;
-        if self.names.len() < self.depth {
-            self.names.push(Default::default());
-        }
-        self.first_member = true;
-        writer.write_all(b"{")
-    }
-
-    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.depth -= 1;
-        writer.write_all(b"}")
-    }
-
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
-        self.in_name = true;
-        self.first_member = first;
-        self.name().clear();
-        if first { Ok(()) } else { writer.write_all(b",") }
-    }
-
-    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W) -> std::io::Result<()> {
-        self.in_name = false;
-        let (previous, name) = &mut self.names[self.depth - 1];
-        if !self.first_member && !utf16_less(previous, name) {
-            return Err(not_canonical());
-        }
-        std::mem::swap(previous, name);
-        Ok(())
-    }
-
-    fn write_string_fragment<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> std::io::Result<()> {
-        if self.in_name {
-            self.name().push_str(fragment);
-        }
-        writer.write_all(fragment.as_bytes())
-    }
-
-    fn write_char_escape<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        escape: serde_json::ser::CharEscape,
-    ) -> std::io::Result<()> {
-        use serde_json::ser::CharEscape;
-        if self.in_name {
-            let character = match escape {
-                CharEscape::Quote => '"',
-                CharEscape::ReverseSolidus => '\\',
-                CharEscape::Solidus => '/',
-                CharEscape::Backspace => '\u{8}',
-                CharEscape::FormFeed => '\u{c}',
-                CharEscape::LineFeed => '\n',
-                CharEscape::CarriageReturn => '\r',
-                CharEscape::Tab => '\t',
-                CharEscape::AsciiControl(byte) => char::from(byte),
-            };
-            self.name().push(character);
-        }
-        serde_json::ser::CompactFormatter.write_char_escape(writer, escape)
-    }
-
-    fn write_i64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: i64) -> std::io::Result<()> {
-        if value.unsigned_abs() > EXACT {
-            return Err(not_canonical());
-        }
-        serde_json::ser::CompactFormatter.write_i64(writer, value)
-    }
-
-    fn write_u64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: u64) -> std::io::Result<()> {
-        if value > EXACT {
-            return Err(not_canonical());
-        }
-        serde_json::ser::CompactFormatter.write_u64(writer, value)
-    }
-
-    fn write_f32<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W, _value: f32) -> std::io::Result<()> {
-        Err(not_canonical())
-    }
-
-    fn write_f64<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W, _value: f64) -> std::io::Result<()> {
-        Err(not_canonical())
-    }
-}
-
-/// Writes `value` as RFC 8785 (JCS) canonical JSON. serde_json already writes strings
-/// and integers the way JCS does (the same escapes, lowercase `\u00xx`, no other
-/// escaping); what JCS adds is member order by UTF-16 code units, and ECMAScript number
+/// Writes `value` as RFC 8785 (JCS) canonical JSON. Strings and integers are written as
+/// serde_json writes them, which is JCS's way too (the same escapes, lowercase `\u00xx`,
+/// no other escaping); what JCS adds is member order by UTF-16 code units, and ECMAScript number
 /// formatting, which only fractional numbers and integers past 2^53 need (documents
 /// never hold any; the canonicalizer crate writes them all the same).
 pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     use serde_json::Value;
     match value {
-        Value::Null | Value::Bool(_) | Value::String(_) => {
-            serde_json::to_writer(&mut *out, value).map_err(std::io::Error::other)
-        }
+        Value::Null => out.write_all(b"null"),
+        Value::Bool(flag) => out.write_all(if *flag { b"true" } else { b"false" }),
+        Value::String(text) => writer::string(out, text),
         Value::Number(number) if !is_exact_integer(number) => {
             let text = serde_json_canonicalizer::to_string(value).map_err(std::io::Error::other)?;
             out.write_all(text.as_bytes())
@@ -325,7 +194,7 @@ pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write
                 if index > 0 {
                     out.write_all(b",")?;
                 }
-                serde_json::to_writer(&mut *out, key).map_err(std::io::Error::other)?;
+                writer::string(out, key)?;
                 out.write_all(b":")?;
                 canonical(member, out)?;
             }
@@ -415,11 +284,11 @@ mod tests {
             serde_json::json!({"a": -11428180000004281_i64, "b": 9007199254740993_u64}),
             serde_json::json!({"a\"b": 1, "a\nb": 2, "a": {"": {}}}),
         ];
-        assert!(!write_if_canonical(&Unordered { b: 1, a: 2 }, Vec::new()).unwrap());
+        assert!(!writer::to_writer_if_canonical(Vec::new(), &Unordered { b: 1, a: 2 }).unwrap());
         assert_eq!(plan_hash(&Unordered { b: 1, a: 2 }, None).unwrap(), reference(&cases[0]));
         for (index, value) in cases.iter().enumerate() {
             let mut streamed = Vec::new();
-            let canonical = write_if_canonical(value, &mut streamed).unwrap();
+            let canonical = writer::to_writer_if_canonical(&mut streamed, value).unwrap();
             assert_eq!(canonical, index == 0 || index == 4, "{value}");
             if canonical {
                 assert_eq!(String::from_utf8(streamed).unwrap(), serde_json_canonicalizer::to_string(value).unwrap());
@@ -448,7 +317,7 @@ mod tests {
 
     /// The host's SHA-256 gives the planner's own digests, by either path (what the
     /// streamed path wrote before it found the order wrong is let go), and is handed
-    /// the canonical JSON in pieces of at most [`HOST_CHUNK`], not as it is written.
+    /// the canonical JSON in pieces of about [`HOST_CHUNK`], not as it is written.
     #[test]
     fn the_hosts_sha256_gives_the_same_hashes() {
         #[derive(Serialize)]
@@ -466,7 +335,9 @@ mod tests {
             let host = HostLike::default();
             let pieces = host.pieces.clone();
             assert_eq!(plan_hash(value, Some(Box::new(host))).unwrap(), plan_hash(value, None).unwrap(), "{value}");
-            assert!(pieces.borrow().iter().all(|&piece| piece <= HOST_CHUNK));
+            let pieces = pieces.borrow();
+            let (_last, whole) = pieces.split_last().unwrap();
+            assert!(whole.iter().all(|&piece| HOST_CHUNK / 2 < piece && piece <= 2 * HOST_CHUNK), "{pieces:?}");
         }
         let pieces = HostLike::default().pieces;
         let host = HostLike { pieces: pieces.clone(), ..Default::default() };

@@ -23,6 +23,7 @@ pub mod plugins;
 pub mod policy;
 pub mod state;
 mod text;
+mod writer;
 
 #[cfg(all(target_arch = "wasm32", feature = "component"))]
 #[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
@@ -167,9 +168,8 @@ fn written(write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> Result<Stri
 }
 
 /// Writes `value` as JSON text to `out`, named `what` in the error.
-pub(crate) fn write_json(mut out: impl Write, value: &impl serde::Serialize, what: &str) -> Result<(), Error> {
-    serde_json::to_writer(&mut out, value)
-        .and_then(|()| out.flush().map_err(serde_json::Error::io))
+pub(crate) fn write_json(out: impl Write, value: &impl serde::Serialize, what: &str) -> Result<(), Error> {
+    writer::to_writer(out, value)
         .map_err(|error| Error::new(ErrorCode::Internal, format!("the {what} cannot be written: {error}")))
 }
 

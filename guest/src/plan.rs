@@ -211,7 +211,7 @@ impl Call {
         let key = self.idempotency_key.as_ref().map(|key| Value::Text(key.to_string().into()));
         let mut members = self.input.members();
         members.extend(key.as_ref().map(|key| ("idempotencyKey", key)));
-        serde_json::to_string(&Ordered(members))
+        crate::writer::to_string(&Ordered(members))
             .map_err(|error| Error::new(ErrorCode::Internal, format!("a call cannot be written: {error}")))
     }
 }
@@ -1108,7 +1108,7 @@ mod tests {
                 continue;
             };
             let hashed = Hashed::of(&estate, &request, &plan);
-            assert!(hash::write_if_canonical(&hashed, std::io::sink()).unwrap(), "{case:?}");
+            assert!(crate::writer::to_writer_if_canonical(std::io::sink(), &hashed).unwrap(), "{case:?}");
             planned += 1;
         }
         assert!(planned >= 15, "{planned} golden cases plan");
