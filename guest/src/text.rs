@@ -7,7 +7,15 @@ use crate::state::Value;
 
 /// `n vcpus`, `1 gpu`: a count with its unit, plural unless it is one.
 fn count(out: &mut impl Write, number: u64, unit: &str) -> fmt::Result {
-    if number == 1 { write!(out, "1 {unit}") } else { write!(out, "{number} {unit}s") }
+    measured(out, number, unit)?;
+    if number == 1 { Ok(()) } else { out.write_str("s") }
+}
+
+/// `262144 MiB`: a number and what follows it.
+fn measured(out: &mut impl Write, number: u64, suffix: &str) -> fmt::Result {
+    out.write_str(itoa::Buffer::new().format(number))?;
+    out.write_str(" ")?;
+    out.write_str(suffix)
 }
 
 /// A short summary of a new object, from its document values (references as keys), as
@@ -29,9 +37,13 @@ fn summary(out: &mut impl Write, kind: &Descriptor, values: &[Value]) -> fmt::Re
         out.write_str(separator)?;
         separator = ", ";
         match *part {
-            Part::Labeled(name) => write!(out, "{name} {}", text(name))?,
+            Part::Labeled(name) => {
+                out.write_str(name)?;
+                out.write_str(" ")?;
+                out.write_str(text(name))?;
+            }
             Part::Counted(name, unit) => count(out, number(name), unit)?,
-            Part::Measured(name, suffix) => write!(out, "{} {suffix}", number(name))?,
+            Part::Measured(name, suffix) => measured(out, number(name), suffix)?,
             Part::Either((first, first_unit), (second, second_unit)) => {
                 if number(first) > 0 {
                     count(out, number(first), first_unit)?;
@@ -45,7 +57,9 @@ fn summary(out: &mut impl Write, kind: &Descriptor, values: &[Value]) -> fmt::Re
 }
 
 /// `+ pool gpu-a: create (class gpu, site eu-west, 64 gpus)`, written where it goes: a
-/// large plan is mostly creates, and holds none of their lines.
+/// large plan is mostly creates, and holds none of their lines. Written piece by piece,
+/// not through `write!`: a plan writes every line twice (the result and the hash), and
+/// in the sandbox `format_args`' machinery cost more than the pieces.
 pub(crate) struct Create<'a> {
     pub(crate) kind: &'a Descriptor,
     pub(crate) key: &'a str,
@@ -54,7 +68,9 @@ pub(crate) struct Create<'a> {
 
 impl fmt::Display for Create<'_> {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(out, "+ {} {}: create (", self.kind.kind, self.key)?;
+        for piece in ["+ ", self.kind.kind, " ", self.key, ": create ("] {
+            out.write_str(piece)?;
+        }
         summary(out, self.kind, self.values)?;
         out.write_str(")")
     }
