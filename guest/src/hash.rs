@@ -7,7 +7,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::kinds::Descriptor;
-use crate::writer::{self, EXACT};
+use crate::writer;
 use crate::{Caller, Error, ErrorCode};
 
 /// The id of a planned create: `<prefix>_` + the first 16 bytes of
@@ -124,7 +124,7 @@ impl Hasher for Sha256 {
 /// How much the planner gathers before handing it to the host's SHA-256: each import
 /// call has its cost. The streamed JSON comes in pieces of this size already; the
 /// sorted path writes a few bytes at a time.
-const HOST_CHUNK: usize = crate::writer::CHUNK;
+const HOST_CHUNK: usize = writer::CHUNK;
 
 /// The host's SHA-256 as a writer, behind a buffer of [`HOST_CHUNK`].
 struct ToHost(Box<dyn HostSha256>);
@@ -150,17 +150,17 @@ impl Hasher for BufWriter<ToHost> {
 /// Whether `number` is an integer JCS writes as serde_json does.
 fn is_exact_integer(number: &serde_json::Number) -> bool {
     match (number.as_u64(), number.as_i64()) {
-        (Some(unsigned), _) => unsigned <= EXACT,
-        (None, Some(signed)) => signed.unsigned_abs() <= EXACT,
+        (Some(unsigned), _) => writer::is_exact(unsigned.into()),
+        (None, Some(signed)) => writer::is_exact(signed.unsigned_abs().into()),
         (None, None) => false,
     }
 }
 
 /// Writes `value` as RFC 8785 (JCS) canonical JSON. Strings and integers are written as
-/// serde_json writes them, which is JCS's way too (the same escapes, lowercase `\u00xx`,
-/// no other escaping); what JCS adds is member order by UTF-16 code units, and ECMAScript number
-/// formatting, which only fractional numbers and integers past 2^53 need (documents
-/// never hold any; the canonicalizer crate writes them all the same).
+/// serde_json writes them, which is JCS's way too (the same escapes, lowercase
+/// `\u00xx`, no other escaping); what JCS adds is member order by UTF-16 code units, and
+/// ECMAScript number formatting, which only fractional numbers and integers past 2^53
+/// need (documents never hold any; the canonicalizer crate writes them all the same).
 pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     use serde_json::Value;
     match value {

@@ -13,9 +13,14 @@ fn count(out: &mut impl Write, number: u64, unit: &str) -> fmt::Result {
 
 /// `262144 MiB`: a number and what follows it.
 fn measured(out: &mut impl Write, number: u64, suffix: &str) -> fmt::Result {
-    out.write_str(itoa::Buffer::new().format(number))?;
+    words(out, itoa::Buffer::new().format(number), suffix)
+}
+
+/// `class gpu`: two words.
+fn words(out: &mut impl Write, first: &str, second: &str) -> fmt::Result {
+    out.write_str(first)?;
     out.write_str(" ")?;
-    out.write_str(suffix)
+    out.write_str(second)
 }
 
 /// A short summary of a new object, from its document values (references as keys), as
@@ -37,11 +42,7 @@ fn summary(out: &mut impl Write, kind: &Descriptor, values: &[Value]) -> fmt::Re
         out.write_str(separator)?;
         separator = ", ";
         match *part {
-            Part::Labeled(name) => {
-                out.write_str(name)?;
-                out.write_str(" ")?;
-                out.write_str(text(name))?;
-            }
+            Part::Labeled(name) => words(out, name, text(name))?,
             Part::Counted(name, unit) => count(out, number(name), unit)?,
             Part::Measured(name, suffix) => measured(out, number(name), suffix)?,
             Part::Either((first, first_unit), (second, second_unit)) => {

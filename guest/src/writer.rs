@@ -231,9 +231,12 @@ struct Canonical {
     depth: usize,
 }
 
-/// Integers up to 2^53 in magnitude are exact as IEEE doubles, which is how JCS reads
-/// every number; larger ones are written as their nearest double (found by the fuzzer).
-pub(crate) const EXACT: u64 = 1 << 53;
+/// Whether an integer of this magnitude is written by JCS as serde_json writes it: up to
+/// 2^53 integers are exact as IEEE doubles, which is how JCS reads every number; larger
+/// ones are written as their nearest double (found by the fuzzer).
+pub(crate) fn is_exact(magnitude: u128) -> bool {
+    magnitude <= 1 << 53
+}
 
 impl Check for Canonical {
     fn begin_object(&mut self) {
@@ -258,7 +261,7 @@ impl Check for Canonical {
     }
 
     fn integer(&mut self, magnitude: u128) -> Result<(), WriteError> {
-        if magnitude > u128::from(EXACT) { Err(WriteError::NotCanonical) } else { Ok(()) }
+        if is_exact(magnitude) { Ok(()) } else { Err(WriteError::NotCanonical) }
     }
 
     fn fraction(&mut self) -> Result<(), WriteError> {
@@ -737,11 +740,16 @@ macro_rules! integer_keys {
     };
 }
 
+/// What serde_json says of a key of any other shape.
+fn key_must_be_a_string() -> WriteError {
+    WriteError::Message("key must be a string".to_owned())
+}
+
 /// Refuses keys of every other shape, as serde_json does.
 macro_rules! refused_keys {
     ($($method:ident($($argument:ty),*) -> $ok:ty),*) => {
         $(fn $method(self, $(_: $argument),*) -> Result<$ok, WriteError> {
-            Err(WriteError::Message("key must be a string".to_owned()))
+            Err(key_must_be_a_string())
         })*
     };
 }
@@ -787,7 +795,7 @@ impl<W: Write, C: Check> ser::Serializer for Key<'_, W, C> {
     }
 
     fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), WriteError> {
-        Err(WriteError::Message("key must be a string".to_owned()))
+        Err(key_must_be_a_string())
     }
 
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -797,7 +805,7 @@ impl<W: Write, C: Check> ser::Serializer for Key<'_, W, C> {
         _variant: &'static str,
         _value: &T,
     ) -> Result<(), WriteError> {
-        Err(WriteError::Message("key must be a string".to_owned()))
+        Err(key_must_be_a_string())
     }
 
     refused_keys!(
@@ -997,9 +1005,9 @@ mod tests {
             b: u8,
             a: u8,
         }
-        assert!(canonical(&Ordered { a: EXACT, b: (true, None) }));
+        assert!(canonical(&Ordered { a: 1 << 53, b: (true, None) }));
         assert!(!canonical(&Unordered { b: 1, a: 2 }));
-        assert!(!canonical(&Ordered { a: EXACT + 1, b: (true, None) }));
+        assert!(!canonical(&Ordered { a: (1 << 53) + 1, b: (true, None) }));
         assert!(!canonical(&serde_json::json!({"a": 0.5})));
         assert!(!canonical(&serde_json::json!({"a": -9007199254740993_i64})));
         assert!(!canonical(&serde_json::json!({"\u{e000}": 1, "\u{1f600}": 2})));
