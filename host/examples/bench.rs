@@ -472,32 +472,30 @@ async fn run(args: Args) -> Result<()> {
     let native_plan = time(args.runs, native);
     // The native planner's host has no plugins; the component's is the same.
     let sandbox = Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.metrics.clone())?;
-    let plan_in_sandbox = |source: Snapshot, entry: Entry, request: &str| -> Result<String> {
-        let session = Session {
-            caller: caller.clone(),
-            db: app.db.get()?,
-            source: Source::Snapshot(Box::new(source)),
-            methods: None,
-        };
+    let plan_in_sandbox = |source: &Source, entry: Entry, request: &str| -> Result<String> {
+        let session = Session { caller: caller.clone(), db: app.db.get()?, source: source.clone(), methods: None };
         sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
     };
+    // The native planner borrows the snapshot; the sandbox reads it in the state encoding,
+    // made before the clock starts, as the server's state cache keeps a tenant's.
+    let state = Source::snapshot(&snapshot);
     let native_output = fleet_guest::plan(&snapshot, &request).map_err(|error| anyhow::anyhow!("{error}"))?;
-    if plan_in_sandbox(snapshot.clone(), Entry::Plan, &request)? != native_output {
+    if plan_in_sandbox(&state, Entry::Plan, &request)? != native_output {
         bail!("the component's plan differs from the native plan");
     }
     if args.profile == Some(Figure::WasmPlan) {
-        repeat(args.seconds, || plan_in_sandbox(snapshot.clone(), Entry::Plan, &request));
+        repeat(args.seconds, || plan_in_sandbox(&state, Entry::Plan, &request));
         return Ok(());
     }
-    // The native planner borrows the snapshot; the sandbox takes one of its own, copied
-    // before the clock starts.
-    let mut copies: Vec<Snapshot> = (0..args.runs).map(|_| snapshot.clone()).collect();
-    let wasm_plan = time(args.runs, || plan_in_sandbox(copies.pop().expect("a copy per run"), Entry::Plan, &request));
+    let wasm_plan = time(args.runs, || plan_in_sandbox(&state, Entry::Plan, &request));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
-    let empty =
-        Snapshot::empty(fleet_guest::Caller { tenant: "bench".into(), principal: "alice".into(), grants: None });
-    let empty_call = || plan_in_sandbox(empty.clone(), Entry::Export, "{}");
+    let empty = Source::snapshot(&Snapshot::empty(fleet_guest::Caller {
+        tenant: "bench".into(),
+        principal: "alice".into(),
+        grants: None,
+    }));
+    let empty_call = || plan_in_sandbox(&empty, Entry::Export, "{}");
     if args.profile == Some(Figure::Instantiate) {
         repeat(args.seconds, empty_call);
         return Ok(());
@@ -511,7 +509,7 @@ async fn run(args: Args) -> Result<()> {
         let session = Session {
             caller: caller.clone(),
             db: app.db.get().expect("a connection"),
-            source: Source::Snapshot(Box::new(empty.clone())),
+            source: empty.clone(),
             methods: None,
         };
         let request = json!({"document": creates(objects)}).to_string();
@@ -539,12 +537,7 @@ async fn run(args: Args) -> Result<()> {
         let roomy = Budget { cpu: Duration::from_secs(600), memory_bytes: 1 << 30 };
         let measured = Sandbox::new(fleet::planner::PLANNER, roomy, None, app.metrics.clone())?;
         let call = |request: &str, entry: Entry| {
-            let session = Session {
-                caller: caller.clone(),
-                db: app.db.get()?,
-                source: Source::Snapshot(Box::new(empty.clone())),
-                methods: None,
-            };
+            let session = Session { caller: caller.clone(), db: app.db.get()?, source: empty.clone(), methods: None };
             measured.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
         };
         call("{}", Entry::Export)?;

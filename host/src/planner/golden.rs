@@ -51,8 +51,7 @@ fn golden_plans_match_through_the_component() {
             token: None,
         };
         let native = fleet_guest::plan(&snapshot, &request);
-        let session =
-            Session { caller, db: app.db.get().unwrap(), source: Source::Snapshot(Box::new(snapshot)), methods: None };
+        let session = Session { caller, db: app.db.get().unwrap(), source: Source::snapshot(&snapshot), methods: None };
         let (_, through_component) = app.sandbox.call(session, Entry::Plan, &request);
         let (actual, text) = as_body(through_component);
         if actual != expected {
@@ -80,11 +79,11 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
         let session = Session {
             caller: caller.clone(),
             db: app.db.get().unwrap(),
-            source: Source::Snapshot(Box::new(Snapshot::empty(fleet_guest::Caller {
+            source: Source::snapshot(&Snapshot::empty(fleet_guest::Caller {
                 tenant: caller.tenant,
                 principal: caller.principal,
                 grants: None,
-            }))),
+            })),
             methods: None,
         };
         let (_, result) = app.sandbox.call(session, Entry::Plan, &request);
@@ -106,7 +105,7 @@ fn the_planner_runs_out_of_memory_cleanly() {
         let session = Session {
             caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None },
             db: app.db.get().unwrap(),
-            source: Source::Snapshot(Box::new(Snapshot::empty(caller))),
+            source: Source::snapshot(&Snapshot::empty(caller)),
             methods: None,
         };
         sandbox.call(session, Entry::Plan, &serde_json::json!({ "document": document }).to_string()).1

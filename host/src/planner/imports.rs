@@ -18,12 +18,21 @@ use crate::calls::auth;
 use crate::calls::registry::{Ctx, MethodKind, Via};
 
 /// Where the state the guest reads comes from.
+#[derive(Clone)]
 pub enum Source {
     /// The caller's tenant in the database, in the transaction of the session's
     /// connection.
     Database(Arc<Reader>),
-    /// A fixed snapshot (golden cases, benchmarks), encoded with the built-in kinds.
-    Snapshot(Box<Snapshot>),
+    /// A fixed state (golden cases, benchmarks) in the state encoding, made once, as the
+    /// server's state cache keeps a tenant's: see [`Source::snapshot`].
+    Encoded(Arc<Vec<u8>>),
+}
+
+impl Source {
+    /// A fixed snapshot, encoded with the built-in kinds.
+    pub fn snapshot(snapshot: &Snapshot) -> Source {
+        Source::Encoded(Arc::new(snapshot.encode(&fleet_guest::Catalog::built_in())))
+    }
 }
 
 impl types::Host for Guest {}
@@ -43,7 +52,7 @@ impl state::Host for Guest {
         self.host_work(|guest| {
             let session = &guest.session;
             Ok(match &session.source {
-                Source::Snapshot(snapshot) => snapshot.encode(&fleet_guest::Catalog::built_in()),
+                Source::Encoded(state) => state.as_ref().clone(),
                 Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
             })
         })
