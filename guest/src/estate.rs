@@ -1,8 +1,10 @@
 //! The tenant's state indexed for planning: objects per kind (a kind is its position in
 //! the catalogue) by id, name bindings both ways, and the modules this deployment runs.
 
-use rustc_hash::FxHashMap as HashMap;
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap as HashMap};
 use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 
 use crate::kinds::{Catalog, Descriptor};
 use crate::state::Object;
@@ -13,9 +15,30 @@ struct Table {
     runs: bool,
     /// Sorted by key.
     objects: Vec<Object>,
-    by_key: HashMap<String, usize>,
+    /// The positions in `objects`, found by their keys' hashes: no key is copied.
+    by_key: HashTable<usize>,
     name_to_id: HashMap<String, String>,
     id_to_name: HashMap<String, String>,
+}
+
+impl Table {
+    /// Where in `objects` the object with this key is.
+    fn position(&self, key: &str) -> Option<usize> {
+        self.by_key.find(hash(key), |&position| self.objects[position].key == key).copied()
+    }
+}
+
+/// The positions of `objects` (whose keys are unique) by their keys.
+fn index(objects: &[Object]) -> HashTable<usize> {
+    let mut by_key = HashTable::with_capacity(objects.len());
+    for (position, object) in objects.iter().enumerate() {
+        by_key.insert_unique(hash(&object.key), position, |&other| hash(&objects[other].key));
+    }
+    by_key
+}
+
+fn hash(key: &str) -> u64 {
+    FxBuildHasher.hash_one(key)
 }
 
 /// What a rename finds in the bindings.
@@ -52,7 +75,7 @@ impl Estate {
         for (_, kind) in catalog.iter() {
             let mut objects = tables.remove(kind.kind).unwrap_or_default();
             objects.sort_by(|left, right| left.key.cmp(&right.key));
-            let by_key = objects.iter().enumerate().map(|(position, object)| (object.key.clone(), position)).collect();
+            let by_key = index(&objects);
             let runs = modules.iter().any(|module| module == kind.kind);
             indexed.push(Table { runs, objects, by_key, ..Table::default() });
         }
@@ -63,7 +86,7 @@ impl Estate {
         for binding in bindings {
             let Some(kind) = catalog.by_kind(&binding.kind) else { continue };
             let table = &mut indexed[kind];
-            if table.runs && !table.by_key.contains_key(&binding.id) {
+            if table.runs && table.position(&binding.id).is_none() {
                 continue;
             }
             match table.name_to_id.entry(binding.name) {
@@ -114,7 +137,7 @@ impl Estate {
     /// The object of a kind with this key, archived or not.
     pub(crate) fn get(&self, kind: usize, key: &str) -> Option<&Object> {
         let table = &self.tables[kind];
-        table.by_key.get(key).map(|&position| &table.objects[position])
+        table.position(key).map(|position| &table.objects[position])
     }
 
     /// The id an existing object bound to `name` has.
