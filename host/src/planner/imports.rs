@@ -51,10 +51,12 @@ impl state::Host for Guest {
     fn snapshot(&mut self) -> wasmtime::Result<Vec<u8>> {
         self.host_work(|guest| {
             let session = &guest.session;
-            Ok(match &session.source {
-                Source::Encoded(state) => state.as_ref().clone(),
-                Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?.as_ref().clone(),
-            })
+            let state = match &session.source {
+                Source::Encoded(state) => state.clone(),
+                Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?,
+            };
+            // The binding's result is owned, so the kept encoding is copied once here.
+            Ok(state.as_ref().clone())
         })
     }
 }
