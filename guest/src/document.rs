@@ -17,6 +17,7 @@ use crate::kinds::{Catalog, Descriptor, FieldType, RESERVED, with_article};
 use crate::state::{StringMap, Value};
 use crate::{Error, ErrorCode, json};
 
+mod cursor;
 mod streamed;
 
 /// A validated FleetConfig: per kind (by its position in the catalogue), objects by key
@@ -403,7 +404,7 @@ fn parse_entry(
     section: &mut Section,
 ) {
     let key_is_valid = check_key(catalog, kind, key, problems);
-    let values = parse_object(catalog, catalog.get(kind), key, object, strings, problems);
+    let values = parse_object(catalog, kind, key, object, strings, problems);
     if let (true, Some(values)) = (key_is_valid, values) {
         section.insert(strings.get(key), values.into());
     }
@@ -512,12 +513,13 @@ fn check_key(catalog: &Catalog, kind: usize, key: &str, problems: &mut Problems)
 
 fn parse_object(
     catalog: &Catalog,
-    descriptor: &Descriptor,
+    kind: usize,
     key: &str,
     object: &Json,
     strings: &mut Strings,
     problems: &mut Problems,
 ) -> Option<Vec<Value>> {
+    let descriptor = catalog.get(kind);
     let Json::Object(object) = object else {
         problems.push(pointer(&[descriptor.section, key]), format!("{} must be an object", descriptor.a()));
         return None;
@@ -537,8 +539,7 @@ fn parse_object(
             valid = false;
             continue;
         };
-        let field = &fields[position];
-        match parse_value(catalog, field.ty, field.required, value, path, strings, problems) {
+        match parse_value(catalog, kind, position, value, path, strings, problems) {
             Some(value) => values[position] = value,
             None => valid = false,
         }
@@ -553,8 +554,8 @@ fn parse_object(
 /// Parses one field's value; `path` makes its JSON pointer, needed only for a problem.
 fn parse_value(
     catalog: &Catalog,
-    ty: FieldType,
-    required: bool,
+    kind: usize,
+    position: usize,
     value: &Json,
     path: impl Fn() -> String,
     strings: &mut Strings,
@@ -564,7 +565,7 @@ fn parse_value(
         problems.push(path(), message);
         None
     };
-    match (ty, value) {
+    match (catalog.get(kind).fields[position].ty, value) {
         (FieldType::Count, value) => match json::count(value) {
             Some(count) => Some(Value::Count(count)),
             None => fail(format!("must be a non-negative integer no larger than {MAX_COUNT}")),
@@ -588,27 +589,29 @@ fn parse_value(
             valid.then_some(Value::Map(parsed))
         }
         (FieldType::Map, _) => fail("must be an object of string values".to_owned()),
-        (_, Json::String(text)) => text_value(catalog, ty, required, text, strings).map_or_else(fail, Some),
+        (_, Json::String(text)) => text_value(catalog, kind, position, text, strings).map_or_else(fail, Some),
         (_, _) => fail("must be a string".to_owned()),
     }
 }
 
-/// The value of a field of text (a string, a name or a reference) given `text`, or what
-/// is wrong with it.
+/// The value of field `position` of `kind`, a field of text (a string, a name or a
+/// reference), given `text`, or what is wrong with it.
 fn text_value(
     catalog: &Catalog,
-    ty: FieldType,
-    required: bool,
+    kind: usize,
+    position: usize,
     text: &str,
     strings: &mut Strings,
 ) -> Result<Value, String> {
-    match ty {
-        FieldType::String if required && text.is_empty() => Err("must not be empty".to_owned()),
+    let field = &catalog.get(kind).fields[position];
+    match field.ty {
+        FieldType::String if field.required && text.is_empty() => Err("must not be empty".to_owned()),
         FieldType::Name if !is_name(text) => Err(format!("must match {NAME_PATTERN}")),
-        FieldType::Ref(target) => {
-            let target = catalog.by_kind(target).map(|kind| (kind, catalog.get(kind)));
+        FieldType::Ref(_) => {
+            // A catalogue holds the kind every reference of its kinds names.
+            let target = catalog.target(kind, position).map(|target| (target, catalog.get(target)));
             match target {
-                Some((kind, _)) if is_name(text) || catalog.id_kind(text) == Some(kind) => {
+                Some((target, _)) if is_name(text) || catalog.id_kind(text) == Some(target) => {
                     Ok(Value::Text(strings.get(text)))
                 }
                 _ => {

@@ -77,6 +77,11 @@ pub const MAX_COUNT: u64 = (1 << 53) - 1;
 /// integers too, as JSON Schema (2020-12) and RFC 8785 read numbers.
 pub fn count(value: &Value) -> Option<u64> {
     let Value::Number(number) = value else { return None };
+    count_of_number(number)
+}
+
+/// [`count`] of a number.
+pub fn count_of_number(number: &Number) -> Option<u64> {
     match number.as_u64() {
         Some(count) => (count <= MAX_COUNT).then_some(count),
         None => count_of_float(number.as_f64()?),

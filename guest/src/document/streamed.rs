@@ -8,162 +8,108 @@
 //! character or any other problem makes it give up, and the reader of `document.rs`
 //! reads the request again and reports every problem, exactly as it always has.
 
-use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::de::DeserializeSeed;
 use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 
+use super::cursor::Cursor;
 use super::{
     Document, MOVED, PlanRequest, Problems, Section, Strings, check_key, parse_member, parse_moves, section_kind,
     text_value,
 };
-use crate::json::{MAX_COUNT, Strict, count_of_float, has_control};
-use crate::kinds::{Catalog, Descriptor, FieldType};
+use crate::json::Strict;
+use crate::kinds::{Catalog, FieldType};
 use crate::state::{StringMap, Value};
 
 /// The request, if it is valid as a whole.
 pub(super) fn valid_request(catalog: &Catalog, text: &str, plan_hash_allowed: bool) -> Option<PlanRequest> {
-    let strict = Strict::default();
-    let mut reader = Reader { catalog, plan_hash_allowed, strict: &strict, strings: Strings::default() };
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let request = Request(&mut reader).deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
-    (!strict.saw_control()).then_some(request)
+    let mut reader = Reader { catalog, plan_hash_allowed, strict: Strict::default(), strings: Strings::default() };
+    let mut cursor = Cursor::new(text);
+    let request = reader.request(&mut cursor)?;
+    cursor.end()?;
+    (!reader.strict.saw_control()).then_some(request)
 }
+
+/// How deep a member read whole may nest: `overrides` and `moved` are arrays of
+/// objects of strings, so no deeper one is valid.
+const MEMBER_DEPTH: usize = 2;
 
 struct Reader<'a> {
     catalog: &'a Catalog,
     plan_hash_allowed: bool,
-    strict: &'a Strict,
+    strict: Strict,
     strings: Strings,
 }
 
-/// A seed that is its own visitor: it asks the deserializer for what it visits.
-macro_rules! reads_itself {
-    ($seed:ident => $value:ty, $method:ident) => {
-        impl<'de> DeserializeSeed<'de> for $seed<'_, '_> {
-            type Value = $value;
-
-            fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<$value, D::Error> {
-                deserializer.$method(self)
-            }
-        }
-    };
-}
-
-/// What every visitor here answers anything but the happy path with.
-fn give_up<E: de::Error>() -> E {
-    E::custom("read again, reporting every problem")
-}
-
-/// A key of an object read here: no control character, and none seen before in the
-/// same object.
-fn fresh_key<E: de::Error>(key: String, seen: &mut Vec<String>) -> Result<String, E> {
-    if has_control(&key) || seen.contains(&key) {
-        return Err(give_up());
+/// `key`, unless `seen` (the keys of its object so far) holds it.
+fn fresh<'t>(key: Cow<'t, str>, seen: &mut Vec<Cow<'t, str>>) -> Option<Cow<'t, str>> {
+    if seen.contains(&key) {
+        return None;
     }
     seen.push(key.clone());
-    Ok(key)
+    Some(key)
 }
 
-/// `{"document", "prune"?, "planHash"?, "overrides"?, "heal"?}`.
-struct Request<'r, 'a>(&'r mut Reader<'a>);
-
-reads_itself!(Request => PlanRequest, deserialize_map);
-
-impl<'de> Visitor<'de> for Request<'_, '_> {
-    type Value = PlanRequest;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a plan request")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<PlanRequest, A::Error> {
-        let reader = self.0;
-        let mut request = PlanRequest::new(reader.catalog);
+impl Reader<'_> {
+    /// `{"document", "prune"?, "planHash"?, "overrides"?, "heal"?}`.
+    fn request(&mut self, cursor: &mut Cursor<'_>) -> Option<PlanRequest> {
+        let mut request = PlanRequest::new(self.catalog);
         let mut problems = Problems::default();
         let mut seen = Vec::new();
-        while let Some(key) = access.next_key::<String>()? {
-            let key = fresh_key(key, &mut seen)?;
+        cursor.object(|cursor, key| {
+            let key = fresh(key, &mut seen)?;
             if key == "document" {
-                request.document = access.next_value_seed(DocumentSeed(&mut *reader))?;
-                continue;
+                request.document = self.document(cursor)?;
+            } else {
+                let value = self.whole(cursor)?;
+                parse_member(&mut request, &key, &value, self.plan_hash_allowed, &mut problems);
             }
-            let value = access.next_value_seed(reader.strict.value())?;
-            parse_member(&mut request, &key, &value, reader.plan_hash_allowed, &mut problems);
-        }
-        if !problems.is_empty() || !seen.iter().any(|key| key == "document") {
-            return Err(give_up());
-        }
-        Ok(request)
-    }
-}
-
-/// The FleetConfig: its sections, and `moved`.
-struct DocumentSeed<'r, 'a>(&'r mut Reader<'a>);
-
-reads_itself!(DocumentSeed => Document, deserialize_map);
-
-impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
-    type Value = Document;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a FleetConfig document")
+            Some(())
+        })?;
+        (problems.is_empty() && seen.iter().any(|key| key == "document")).then_some(request)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Document, A::Error> {
-        let reader = self.0;
-        let catalog = reader.catalog;
+    /// A value read whole, as the reporting reader reads it.
+    fn whole(&self, cursor: &mut Cursor<'_>) -> Option<serde_json::Value> {
+        let mut deserializer = serde_json::Deserializer::from_str(cursor.value(MEMBER_DEPTH)?);
+        let value = self.strict.value().deserialize(&mut deserializer).ok()?;
+        deserializer.end().ok()?;
+        Some(value)
+    }
+
+    /// The FleetConfig: its sections, and `moved`.
+    fn document(&mut self, cursor: &mut Cursor<'_>) -> Option<Document> {
+        let catalog = self.catalog;
         let mut document = Document::new(catalog);
         let mut problems = Problems::default();
         let mut seen = Vec::new();
-        while let Some(section) = access.next_key::<String>()? {
-            let section = fresh_key(section, &mut seen)?;
+        cursor.object(|cursor, section| {
+            let section = fresh(section, &mut seen)?;
             if section == MOVED {
-                let moved = access.next_value_seed(reader.strict.value())?;
+                let moved = self.whole(cursor)?;
                 document.moved = parse_moves(catalog, &moved, &mut problems);
             } else {
-                let kind = section_kind(catalog, &section, &mut problems).ok_or_else(give_up)?;
-                let objects = SectionSeed { reader: &mut *reader, kind, section: &mut document.sections[kind] };
-                access.next_value_seed(objects)?;
+                let kind = section_kind(catalog, &section, &mut problems)?;
+                document.sections[kind] = self.section(cursor, kind)?;
             }
-            if !problems.is_empty() {
-                return Err(give_up());
-            }
-        }
-        Ok(document)
-    }
-}
-
-/// A section's objects by key, each read straight into its values.
-struct SectionSeed<'r, 'a> {
-    reader: &'r mut Reader<'a>,
-    kind: usize,
-    section: &'r mut Section,
-}
-
-reads_itself!(SectionSeed => (), deserialize_map);
-
-impl<'de> Visitor<'de> for SectionSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a section of objects by key")
+            problems.is_empty().then_some(())
+        })?;
+        Some(document)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<(), A::Error> {
-        let reader = self.reader;
-        let catalog = reader.catalog;
+    /// A section's objects by key, each read straight into its values.
+    fn section(&mut self, cursor: &mut Cursor<'_>, kind: usize) -> Option<Section> {
+        let catalog = self.catalog;
         let mut problems = Problems::default();
         let mut objects = Vec::new();
-        while let Some(key) = access.next_key_seed(Text)? {
-            if has_control(&key) || !check_key(catalog, self.kind, &key, &mut problems) {
-                return Err(give_up());
+        cursor.object(|cursor, key| {
+            if !check_key(catalog, kind, &key, &mut problems) {
+                return None;
             }
-            let object = ObjectSeed { reader: &mut *reader, descriptor: catalog.get(self.kind) };
-            let values = access.next_value_seed(object)?;
-            objects.push((reader.strings.get(&key), values));
-        }
+            let values = self.object(cursor, kind)?;
+            objects.push((self.strings.get(&key), values));
+            Some(())
+        })?;
         // Documents mostly list a section's objects in key order (an export does, as does
         // any JSON written from a sorted map): then one comparison per object finds them
         // in order and without a key twice, and the section is built in one pass, where
@@ -172,138 +118,74 @@ impl<'de> Visitor<'de> for SectionSeed<'_, '_> {
             objects.sort_unstable_by(|one, other| one.0.cmp(&other.0));
             // A key seen before in the section is a duplicate key.
             if objects.windows(2).any(|pair| pair[0].0 == pair[1].0) {
-                return Err(give_up());
+                return None;
             }
         }
-        *self.section = objects.into_iter().collect();
-        Ok(())
-    }
-}
-
-/// A string, borrowed from the request's text unless it had escapes.
-struct Text;
-
-impl<'de> DeserializeSeed<'de> for Text {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Cow<'de, str>, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Text {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a string")
+        Some(objects.into_iter().collect())
     }
 
-    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(text))
+    /// An object of a kind: every field, in descriptor order, the omitted ones defaulted.
+    fn object(&mut self, cursor: &mut Cursor<'_>, kind: usize) -> Option<Arc<[Value]>> {
+        let catalog = self.catalog;
+        let descriptor = catalog.get(kind);
+        let (fields, alphabetical) = (descriptor.fields, descriptor.alphabetical());
+        // Made whole at once and filled in place; a placeholder until a field is read.
+        let mut values: Arc<[Value]> = fields.iter().map(|_| Value::Count(0)).collect();
+        let slots = Arc::get_mut(&mut values)?;
+        // The fields read, a bit each (a kind has at most 64).
+        let mut read: u64 = 0;
+        // Objects mostly list their fields in name order (an export does, as does any JSON
+        // written from a sorted map): the field after the last one read is tried first,
+        // then the others, each name compared with the text as it is.
+        let mut next = 0;
+        cursor.members(|cursor| {
+            let found =
+                (next..alphabetical.len()).chain(0..next).find(|&at| cursor.key_is(fields[alphabetical[at]].name));
+            let position = match found {
+                Some(at) => {
+                    next = at + 1;
+                    alphabetical[at]
+                }
+                // An escaped name, or an unknown field (or one with a control character,
+                // which no field has).
+                None => descriptor.position(&cursor.key()?)?,
+            };
+            let bit = 1u64.checked_shl(u32::try_from(position).ok()?)?;
+            if read & bit != 0 {
+                return None;
+            }
+            read |= bit;
+            slots[position] = self.field(cursor, kind, position)?;
+            Some(())
+        })?;
+        for (position, field) in fields.iter().enumerate().filter(|(position, _)| read & (1 << position) == 0) {
+            if field.required {
+                return None;
+            }
+            slots[position] = Value::default_of(field.ty);
+        }
+        Some(values)
     }
 
-    fn visit_str<E>(self, text: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(text.to_owned()))
-    }
-}
-
-/// An object of a kind: every field, in descriptor order, the omitted ones defaulted.
-struct ObjectSeed<'r, 'a> {
-    reader: &'r mut Reader<'a>,
-    descriptor: &'static Descriptor,
-}
-
-reads_itself!(ObjectSeed => Arc<[Value]>, deserialize_map);
-
-impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
-    type Value = Arc<[Value]>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("an object of the section's kind")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Arc<[Value]>, A::Error> {
-        let fields = self.descriptor.fields;
-        let mut given: Vec<Option<Value>> = vec![None; fields.len()];
-        while let Some(name) = access.next_key_seed(Text)? {
-            // An unknown field (or one with a control character, which no field has).
-            let position = self.descriptor.position(&name).ok_or_else(give_up)?;
-            let field = &fields[position];
-            let value = FieldSeed { reader: &mut *self.reader, ty: field.ty, required: field.required };
-            if given[position].replace(access.next_value_seed(value)?).is_some() {
-                return Err(give_up());
+    /// The value of field `position` of `kind`.
+    fn field(&mut self, cursor: &mut Cursor<'_>, kind: usize, position: usize) -> Option<Value> {
+        let field = &self.catalog.get(kind).fields[position];
+        match field.ty {
+            FieldType::Count => cursor.count().map(Value::Count),
+            FieldType::Bool => cursor.bool().map(Value::Bool),
+            FieldType::Map => {
+                let mut map = StringMap::new();
+                cursor.object(|cursor, entry| {
+                    let text = cursor.string()?;
+                    map.insert(entry.into_owned(), text.into_owned()).is_none().then_some(())
+                })?;
+                Some(Value::Map(map))
+            }
+            FieldType::String | FieldType::Name | FieldType::Ref(_) => {
+                let text = cursor.string()?;
+                text_value(self.catalog, kind, position, &text, &mut self.strings).ok()
             }
         }
-        let values = fields.iter().zip(given).map(|(field, value)| match value {
-            Some(value) => Ok(value),
-            None if field.required => Err(give_up()),
-            None => Ok(Value::default_of(field.ty)),
-        });
-        values.collect()
-    }
-}
-
-/// One field's value, of the field's type.
-struct FieldSeed<'r, 'a> {
-    reader: &'r mut Reader<'a>,
-    ty: FieldType,
-    required: bool,
-}
-
-reads_itself!(FieldSeed => Value, deserialize_any);
-
-impl<'de> Visitor<'de> for FieldSeed<'_, '_> {
-    type Value = Value;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "a value of type {:?}", self.ty)
-    }
-
-    fn visit_bool<E: de::Error>(self, flag: bool) -> Result<Value, E> {
-        match self.ty {
-            FieldType::Bool => Ok(Value::Bool(flag)),
-            _ => Err(give_up()),
-        }
-    }
-
-    fn visit_u64<E: de::Error>(self, number: u64) -> Result<Value, E> {
-        match self.ty {
-            FieldType::Count if number <= MAX_COUNT => Ok(Value::Count(number)),
-            _ => Err(give_up()),
-        }
-    }
-
-    fn visit_i64<E: de::Error>(self, number: i64) -> Result<Value, E> {
-        self.visit_u64(u64::try_from(number).map_err(|_| give_up())?)
-    }
-
-    fn visit_f64<E: de::Error>(self, number: f64) -> Result<Value, E> {
-        match (self.ty, count_of_float(number)) {
-            (FieldType::Count, Some(count)) => Ok(Value::Count(count)),
-            _ => Err(give_up()),
-        }
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Value, E> {
-        if matches!(self.ty, FieldType::Count | FieldType::Bool | FieldType::Map) || has_control(text) {
-            return Err(give_up());
-        }
-        let reader = self.reader;
-        text_value(reader.catalog, self.ty, self.required, text, &mut reader.strings).map_err(|_| give_up())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        if self.ty != FieldType::Map {
-            return Err(give_up());
-        }
-        let mut map = StringMap::new();
-        while let Some(entry) = access.next_key::<String>()? {
-            let text: String = access.next_value()?;
-            if has_control(&entry) || has_control(&text) || map.insert(entry, text).is_some() {
-                return Err(give_up());
-            }
-        }
-        Ok(Value::Map(map))
     }
 }
 
