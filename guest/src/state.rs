@@ -63,7 +63,8 @@ impl Value {
     /// The default of an omitted field (SPEC §5): `""`, `0`, `false`, `{}`.
     pub fn default_of(ty: FieldType) -> Value {
         match ty {
-            FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::Text("".into()),
+            // The empty text is shared, never allocated.
+            FieldType::String | FieldType::Name | FieldType::Ref(_) => Value::Text(Arc::default()),
             FieldType::Count => Value::Count(0),
             FieldType::Bool => Value::Bool(false),
             FieldType::Map => Value::Map(StringMap::new()),
@@ -619,8 +620,14 @@ impl<'a> Reader<'a> {
         for _ in 0..self.u32()? {
             let column = self.u32()? as usize;
             let column = *columns.get(column).ok_or_else(|| malformed("a value of no column"))?;
+            if let Column::Key = column
+                && self.bytes.get(self.at) == Some(&TEXT)
+            {
+                self.at += 1;
+                key = Some(self.text()?.to_owned());
+                continue;
+            }
             match (column, self.value()?) {
-                (Column::Key, Value::Text(text)) => key = Some(text.to_string()),
                 (Column::Archived, Value::Bool(flag)) => archived = flag,
                 (Column::Field(position), value) if value.fits(kind.fields[position].ty) => values[position] = value,
                 _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),
