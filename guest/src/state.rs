@@ -520,8 +520,9 @@ pub fn decode(catalog: &Catalog, bytes: &[u8]) -> Result<Snapshot, Error> {
         let rows = reader.u32()?;
         let objects: &mut Vec<Object> = tables.entry(kind.kind.to_owned()).or_default();
         objects.reserve(rows as usize);
+        let mut above = vec![None; kind.fields.len()];
         for _ in 0..rows {
-            objects.push(reader.object(kind, &columns)?);
+            objects.push(reader.object(kind, &columns, &mut above)?);
         }
     }
     let mut bindings = Vec::new();
@@ -584,6 +585,20 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(self.take(length)?).map_err(|_| malformed("a string is not UTF-8"))
     }
 
+    /// A field's text, shared with the row above when it is the same (`above` holds that
+    /// row's): the rows of a table mostly name the same few sites, accounts and classes,
+    /// and comparing bytes costs less than checking them and copying them anew.
+    fn shared_text(&mut self, above: &mut Option<Arc<str>>) -> Result<Arc<str>, Error> {
+        let length = self.u32()? as usize;
+        let bytes = self.take(length)?;
+        if let Some(text) = above.as_ref().filter(|text| text.as_bytes() == bytes) {
+            return Ok(text.clone());
+        }
+        let text: Arc<str> = std::str::from_utf8(bytes).map_err(|_| malformed("a string is not UTF-8"))?.into();
+        *above = Some(text.clone());
+        Ok(text)
+    }
+
     fn column(&mut self, kind: &Descriptor) -> Result<Column, Error> {
         let name = self.text()?;
         if name == kind.identity_name() {
@@ -613,24 +628,43 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn object(&mut self, kind: &Descriptor, columns: &[Column]) -> Result<Object, Error> {
+    /// An object of `kind`; `above` holds the texts of the row above, by field.
+    fn object(
+        &mut self,
+        kind: &Descriptor,
+        columns: &[Column],
+        above: &mut [Option<Arc<str>>],
+    ) -> Result<Object, Error> {
         let mut key = None;
         let mut archived = false;
         let mut values: Vec<Value> = kind.fields.iter().map(|field| Value::default_of(field.ty)).collect();
         for _ in 0..self.u32()? {
             let column = self.u32()? as usize;
             let column = *columns.get(column).ok_or_else(|| malformed("a value of no column"))?;
-            if let Column::Key = column
-                && self.bytes.get(self.at) == Some(&TEXT)
-            {
-                self.at += 1;
-                key = Some(self.text()?.to_owned());
-                continue;
-            }
-            match (column, self.value()?) {
-                (Column::Archived, Value::Bool(flag)) => archived = flag,
-                (Column::Field(position), value) if value.fits(kind.fields[position].ty) => values[position] = value,
-                _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),
+            // Keys and texts are read in place; any other value whole, then checked.
+            let text = self.bytes.get(self.at) == Some(&TEXT);
+            match column {
+                Column::Key if text => {
+                    self.at += 1;
+                    key = Some(self.text()?.to_owned());
+                }
+                Column::Field(position)
+                    if text
+                        && matches!(
+                            kind.fields[position].ty,
+                            FieldType::String | FieldType::Name | FieldType::Ref(_)
+                        ) =>
+                {
+                    self.at += 1;
+                    values[position] = Value::Text(self.shared_text(&mut above[position])?);
+                }
+                _ => match (column, self.value()?) {
+                    (Column::Archived, Value::Bool(flag)) => archived = flag,
+                    (Column::Field(position), value) if value.fits(kind.fields[position].ty) => {
+                        values[position] = value
+                    }
+                    _ => return Err(malformed(format_args!("{} has a value of the wrong type", kind.a()))),
+                },
             }
         }
         let key = key.ok_or_else(|| malformed(format_args!("{} has no {}", kind.a(), kind.identity_name())))?;
