@@ -706,6 +706,33 @@ mod tests {
         assert_eq!(again, snapshot);
     }
 
+    /// A run of equal texts in a field is decoded into one shared copy; others are not.
+    #[test]
+    fn equal_texts_of_rows_in_a_row_are_shared() {
+        let catalog = Catalog::built_in();
+        let mut state = fixture();
+        let pool = |id: &str, owner: &str| {
+            json!({"id": id, "site": "site_aaaaaaaaaaaaaaaaaaaaaaaaaa", "account": "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                   "class": "cpu", "owner": owner})
+        };
+        state["pools"] = json!([
+            pool("pool_aaaaaaaaaaaaaaaaaaaaaaaaaa", "o"),
+            pool("pool_bbbbbbbbbbbbbbbbbbbbbbbbbb", "p"),
+            pool("pool_cccccccccccccccccccccccccc", "o")
+        ]);
+        let snapshot = Snapshot::from_json(&catalog, &state).unwrap();
+        let decoded = decode(&catalog, &snapshot.encode(&catalog)).unwrap();
+        assert_eq!(decoded.tables, snapshot.tables);
+        let pools = decoded.objects("pool");
+        let text = |row: usize, field: usize| match &pools[row].values[field] {
+            Value::Text(text) => text.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(Arc::ptr_eq(&text(0, 0), &text(2, 0)), "the site, in every row");
+        assert!(!Arc::ptr_eq(&text(0, 3), &text(2, 3)), "the owner, equal but not to the row above");
+        assert_eq!(text(0, 3), text(2, 3));
+    }
+
     #[test]
     fn malformed_states_are_errors_not_panics() {
         let catalog = Catalog::built_in();
