@@ -357,8 +357,18 @@ pub fn openapi(app: &App) -> Value {
                  "description": "resume after this sequence number (sent by a reconnecting EventSource)",
                  "schema": {"type": "integer", "minimum": 0, "maximum": crate::calls::input::MAX_COUNT}}],
             "responses": {
+                // The schema of one event, as OpenAPI 3.1 tools read `text/event-stream`
+                // (3.2 names it `itemSchema`): its fields, `data` the event's JSON.
                 "200": {"description": "an endless stream of `id`, `event` and `data` frames",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                        "content": {"text/event-stream": {"schema": {
+                            "type": "object",
+                            "required": ["id", "event", "data"],
+                            "properties": {
+                                "id": {"type": "string", "pattern": "^[0-9]+$",
+                                       "description": "the event's sequence number"},
+                                "event": {"type": "string", "description": "the event's type"},
+                                "data": {"type": "string", "contentMediaType": "application/json",
+                                         "description": "the event, as compute.events.list returns it"}}}}}},
                 "default": error}}}),
     );
     description
