@@ -13,7 +13,9 @@
 //!   hundred changed) against the tenant their apply left, read from the state encoding;
 //!   run with R = 1 and 2, so that building the estate falls out too;
 //! - `small N`: N plans of a small estate (20 objects, one changed), each reading the
-//!   tenant from the state encoding, as the component does on every call.
+//!   tenant from the state encoding, as the component does on every call;
+//! - `empty N`: N exports of an empty tenant read from the state encoding, the guest's
+//!   part of the component's almost empty call.
 //!
 //! What the counts leave out: the component's own cost (cranelift's code, software
 //! SHA-256 where the native build may use the CPU's) and the host's.
@@ -56,7 +58,7 @@ fn main() {
     let (mode, count, runs) = match arguments.as_slice() {
         [mode, count] => (mode.as_str(), count.parse::<usize>().expect("a count"), 1),
         [mode, count, runs] => (mode.as_str(), count.parse().expect("a count"), runs.parse().expect("a count")),
-        _ => panic!("usage: instructions creates N | estate N R | small N"),
+        _ => panic!("usage: instructions creates N | estate N R | small N | empty N"),
     };
     let empty = Snapshot::empty(caller());
     match mode {
@@ -66,6 +68,11 @@ fn main() {
         }
         "estate" => println!("{runs} plans of {} bytes", plans(count / 2, runs).len()),
         "small" => println!("{count} plans, the last: {}", plans(SMALL_POOLS, count)),
+        "empty" => {
+            let host = Encoded { caller: caller(), state: empty.encode(&Catalog::built_in()) };
+            let exported = (0..count).fold(String::new(), |_, _| fleet_guest::export(&host, "{}").expect("an export"));
+            println!("{count} exports, the last: {exported}");
+        }
         _ => panic!("no mode {mode}"),
     }
 }

@@ -12,8 +12,8 @@ pub mod state;
 
 use std::hash::{Hash, Hasher};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use sha2::Digest;
@@ -47,8 +47,9 @@ const TICK: Duration = Duration::from_millis(10);
 /// How long a planner call may take in all, host time included, unless the server is
 /// told otherwise (`--request-timeout`).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5 * 60);
-/// The most planner instances alive at once with the pooling allocator.
-const MAX_INSTANCES: u32 = 128;
+/// The most planner instances alive at once with the pooling allocator: 128 calls, and
+/// the finished stores waiting to be dropped ([`RETIRING`]).
+const MAX_INSTANCES: u32 = 128 + RETIRING as u32;
 /// How much of a pooled slot's memory (and table) stays resident between requests: all
 /// an almost empty call or a small plan touches, so that they take no page faults. The
 /// pages a request wrote are found with `PAGEMAP_SCAN` and only those are reset, so
@@ -58,6 +59,11 @@ const KEEP_RESIDENT: usize = 1 << 20;
 /// Slots kept warm (with their resident pages) while unused; the others are released
 /// whole. This bounds the memory idle slots hold to `WARM_SLOTS × KEEP_RESIDENT`.
 const WARM_SLOTS: u32 = 32;
+/// Finished stores [`Retirer`]'s thread drops at a time; while that many wait, a call
+/// drops its store itself. Each holds a pooled slot until it is dropped.
+const RETIRING: usize = 8;
+/// The longest a finished store waits for the rest of its batch.
+const LINGER: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
@@ -73,7 +79,7 @@ impl Default for Budget {
 
 pub struct Sandbox {
     engine: Engine,
-    planner: FleetPlannerPre<Guest>,
+    planner: FleetPlannerPre<Slot>,
     budget: Budget,
     /// How long one call may take, host time included.
     deadline: Duration,
@@ -83,7 +89,77 @@ pub struct Sandbox {
     /// The most linear memory one call has grown to: how near calls come to the memory
     /// budget (the benchmark's figure of memory per planned object).
     largest_memory: AtomicUsize,
+    retirer: Retirer,
     _ticker: Ticker,
+}
+
+/// What a store holds: the call's [`Guest`] while it runs. The call takes it back when
+/// the guest returns, and the store is then only a pooled slot to reset.
+type Slot = Option<Guest>;
+
+/// The guest of a store whose call is running.
+fn live(slot: &mut Slot) -> &mut Guest {
+    slot.as_mut().expect("a store holds its guest until its call ends")
+}
+
+/// Drops finished stores on a thread of its own. Dropping a store resets its pooled
+/// slot (the pages the guest wrote are zeroed, or copied again from the component's
+/// image): two fifths of an almost empty call, which no answer needs to wait for. The
+/// thread is woken once per [`RETIRING`] stores, since waking it costs about what a
+/// reset does, or after [`LINGER`], so that a quiet server's slots are reset soon too.
+/// It ends with the sandbox.
+struct Retirer(Arc<Retiring>);
+
+#[derive(Default)]
+struct Retiring {
+    stores: Mutex<Vec<Store<Slot>>>,
+    batch_full: Condvar,
+    closed: AtomicBool,
+}
+
+impl Retirer {
+    fn start() -> anyhow::Result<Retirer> {
+        let retiring = Arc::new(Retiring::default());
+        let shared = retiring.clone();
+        std::thread::Builder::new().name("fleet-sandbox-reset".into()).spawn(move || {
+            while !shared.closed.load(Ordering::Relaxed) {
+                let batch = {
+                    let stores = shared.stores.lock().unwrap_or_else(PoisonError::into_inner);
+                    let waiting =
+                        |stores: &mut Vec<_>| stores.len() < RETIRING && !shared.closed.load(Ordering::Relaxed);
+                    let (mut stores, _) = shared
+                        .batch_full
+                        .wait_timeout_while(stores, LINGER, waiting)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    std::mem::take(&mut *stores)
+                };
+                drop(batch);
+            }
+        })?;
+        Ok(Retirer(retiring))
+    }
+
+    /// Drops `store` on the retiring thread, or here when a batch is already waiting.
+    fn retire(&self, store: Store<Slot>) {
+        let mut stores = self.0.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        if stores.len() >= RETIRING {
+            drop(stores);
+            return drop(store);
+        }
+        stores.push(store);
+        if stores.len() == RETIRING {
+            self.0.batch_full.notify_one();
+        }
+    }
+}
+
+impl Drop for Retirer {
+    fn drop(&mut self) {
+        // Under the lock, so that the thread cannot miss it between a look and a wait.
+        let _stores = self.0.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        self.0.closed.store(true, Ordering::Relaxed);
+        self.0.batch_full.notify_one();
+    }
 }
 
 /// Advances an engine's epoch every [`TICK`] until dropped: the clock of CPU budgets.
@@ -258,7 +334,7 @@ impl Sandbox {
         let engine = engine(budget)?;
         let component = compile(&engine, component, cache_dir, "planner")?;
         let mut linker = Linker::new(&engine);
-        FleetPlanner::add_to_linker::<Guest, HasSelf<Guest>>(&mut linker, |guest| guest)?;
+        FleetPlanner::add_to_linker::<Slot, HasSelf<Guest>>(&mut linker, live)?;
         let planner = FleetPlannerPre::new(linker.instantiate_pre(&component)?)?;
         let _ticker = Ticker::start(&engine)?;
         let plugins = Arc::new(Plugins::default());
@@ -270,6 +346,7 @@ impl Sandbox {
             metrics,
             plugins,
             largest_memory: AtomicUsize::new(0),
+            retirer: Retirer::start()?,
             _ticker,
         })
     }
@@ -307,15 +384,18 @@ impl Sandbox {
             output: Vec::new(),
             sha256: Default::default(),
         };
-        let mut store = Store::new(&self.engine, guest);
-        store.limiter(|guest| &mut guest.limits);
+        let mut store = Store::new(&self.engine, Some(guest));
+        store.limiter(|slot| &mut live(slot).limits);
         // The epoch also advances while the host works in an import: when the deadline
         // comes, the budget is what the guest itself used, and the rest is given again.
         store.set_epoch_deadline(ticks(self.budget.cpu));
-        store.epoch_deadline_callback(|store| match store.data().clock.remaining() {
-            Ok(left) => Ok(wasmtime::UpdateDeadline::Continue(ticks(left))),
-            Err(OutOfTime::Cpu) => Err(Trap::Interrupt.into()),
-            Err(OutOfTime::Deadline) => Err(past_deadline(store.data().clock.deadline).into()),
+        store.epoch_deadline_callback(|mut store| {
+            let clock = &live(store.data_mut()).clock;
+            match clock.remaining() {
+                Ok(left) => Ok(wasmtime::UpdateDeadline::Continue(ticks(left))),
+                Err(OutOfTime::Cpu) => Err(Trap::Interrupt.into()),
+                Err(OutOfTime::Deadline) => Err(past_deadline(clock.deadline).into()),
+            }
         });
 
         let result = self.planner.instantiate(&mut store).and_then(|planner| {
@@ -326,11 +406,12 @@ impl Sandbox {
                 Entry::Apply => planner.call_apply(&mut store, request),
             }
         });
-        let exhausted = store.data().limits.exhausted;
-        self.largest_memory.fetch_max(store.data().limits.grown_to, Ordering::Relaxed);
-        let judging = store.data().judging.clone();
-        let guest_time = store.data().clock.guest();
-        let Guest { session, output, .. } = store.into_data();
+        let Guest { session, output, limits, judging, clock, .. } =
+            store.data_mut().take().expect("a store holds its guest until its call ends");
+        self.retirer.retire(store);
+        let exhausted = limits.exhausted;
+        self.largest_memory.fetch_max(limits.grown_to, Ordering::Relaxed);
+        let guest_time = clock.guest();
         let result = match result {
             Ok(Ok(())) => checked_output(output),
             Ok(Err(error)) => Err(from_wit_error(error)),

@@ -232,3 +232,34 @@ fn a_call_past_its_deadline_is_resource_exhausted() {
     .unwrap();
     assert!(hazards.is_empty(), "nothing was applied");
 }
+
+#[test]
+fn finished_stores_give_their_slots_back_off_the_calls_path() {
+    let fixture = fixture(small());
+    let export = || {
+        let session = Session {
+            caller: caller(&[]),
+            db: fixture.app.db.get().unwrap(),
+            source: Source::Database(fixture.app.state.clone()),
+            methods: None,
+        };
+        fixture.app.sandbox.call(session, Entry::Export, "{}").1
+    };
+    // More calls than the pool has slots, from several threads: every slot comes back.
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| (0..MAX_INSTANCES).map(|_| export()).collect::<Result<Vec<_>, _>>()))
+            .collect();
+        for thread in threads {
+            thread.join().unwrap().unwrap();
+        }
+    });
+    // A quiet sandbox resets what waits for a batch within its linger.
+    export().unwrap();
+    let waiting = || fixture.app.sandbox.retirer.0.stores.lock().unwrap().len();
+    let deadline = Instant::now() + LINGER * 100;
+    while waiting() > 0 && Instant::now() < deadline {
+        std::thread::sleep(LINGER / 10);
+    }
+    assert_eq!(waiting(), 0, "finished stores still wait after {:?}", LINGER * 100);
+}
