@@ -87,6 +87,8 @@ enum Figure {
     MaxObjects,
     /// The 100k-object all-creates plan over HTTP.
     Plan100k,
+    /// The 1M-object all-creates plan over HTTP.
+    Plan1m,
     /// Only the drift run of `--drift-tenants` on the `--postgres` database.
     Drift,
 }
@@ -668,9 +670,18 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let plan_100k = |runs: usize| plan_creates(&large, runs);
-    if args.profile == Some(Figure::Plan100k) {
-        plan_100k(usize::MAX).await;
-        return Ok(());
+    let profiled = match args.profile {
+        Some(Figure::Plan100k) => Some(plan_100k(usize::MAX).await),
+        Some(Figure::Plan1m) => {
+            Some(plan_creates(&json!({"document": creates(1_000_000)}).to_string(), usize::MAX).await)
+        }
+        _ => None,
+    };
+    if let Some((median, error)) = profiled {
+        return match (median, error) {
+            (_, Some(error)) => Err(anyhow::anyhow!(error)),
+            (median, None) => Ok(eprintln!("{:.0} ms (median)", median.unwrap_or_default())),
+        };
     }
 
     let (small_plan, small_rps) = small_plan(&base, &small_token, &args).await?;
