@@ -107,6 +107,7 @@ fn live(slot: &mut Slot) -> &mut Guest {
 /// image): two fifths of an almost empty call, which no answer needs to wait for. The
 /// thread is woken once per [`RETIRING`] stores, since waking it costs about what a
 /// reset does, or after [`LINGER`], so that a quiet server's slots are reset soon too.
+/// Only small stores wait (see [`Retirer::retire`]), so what waits holds little memory.
 /// It ends with the sandbox.
 struct Retirer(Arc<Retiring>);
 
@@ -139,8 +140,13 @@ impl Retirer {
         Ok(Retirer(retiring))
     }
 
-    /// Drops `store` on the retiring thread, or here when a batch is already waiting.
-    fn retire(&self, store: Store<Slot>) {
+    /// Drops `store` on the retiring thread, or here when a batch is already waiting or
+    /// when the guest's memory grew to `grown_to` past what a slot keeps resident: such a
+    /// call was long beside its reset, and its memory is given back at once.
+    fn retire(&self, store: Store<Slot>, grown_to: usize) {
+        if grown_to > KEEP_RESIDENT {
+            return drop(store);
+        }
         let mut stores = self.0.stores.lock().unwrap_or_else(PoisonError::into_inner);
         if stores.len() >= RETIRING {
             drop(stores);
@@ -408,7 +414,7 @@ impl Sandbox {
         });
         let Guest { session, output, limits, judging, clock, .. } =
             store.data_mut().take().expect("a store holds its guest until its call ends");
-        self.retirer.retire(store);
+        self.retirer.retire(store, limits.grown_to);
         let exhausted = limits.exhausted;
         self.largest_memory.fetch_max(limits.grown_to, Ordering::Relaxed);
         let guest_time = clock.guest();
