@@ -678,10 +678,11 @@ async fn run(args: Args) -> Result<()> {
         _ => None,
     };
     if let Some((median, error)) = profiled {
-        return match (median, error) {
-            (_, Some(error)) => Err(anyhow::anyhow!(error)),
-            (median, None) => Ok(eprintln!("{:.0} ms (median)", median.unwrap_or_default())),
-        };
+        if let Some(error) = error {
+            bail!(error);
+        }
+        eprintln!("{:.0} ms (median)", median.unwrap_or_default());
+        return Ok(());
     }
 
     let (small_plan, small_rps) = small_plan(&base, &small_token, &args).await?;
