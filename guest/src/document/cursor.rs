@@ -114,18 +114,23 @@ impl<'t> Cursor<'t> {
     }
 
     /// Whether the next member's key is `name` (which has no quote, backslash or control
-    /// character), written without escapes; if it is, it is read with its colon.
+    /// character), written without escapes and followed by its colon; if it is, both are
+    /// read, and otherwise nothing is.
     pub(super) fn key_is(&mut self, name: &str) -> bool {
         if self.peek() != Some(b'"') {
             return false;
         }
-        let after = self.at + 1 + name.len();
+        let (start, after) = (self.at, self.at + 1 + name.len());
         let bytes = self.bytes();
-        let found = bytes.get(self.at + 1..after) == Some(name.as_bytes()) && bytes.get(after) == Some(&b'"');
-        if found {
-            self.at = after + 1;
+        if bytes.get(start + 1..after) != Some(name.as_bytes()) || bytes.get(after) != Some(&b'"') {
+            return false;
         }
-        found && self.expect(b':').is_some()
+        self.at = after + 1;
+        if self.expect(b':').is_none() {
+            self.at = start;
+            return false;
+        }
+        true
     }
 
     /// A string without a control character, borrowed from the text unless it had an
@@ -337,6 +342,18 @@ mod tests {
             assert_eq!(count(text), expected, "{text}");
         }
         assert_eq!(count("9007199254740991"), Some(MAX_COUNT));
+    }
+
+    #[test]
+    fn a_key_without_its_colon_is_not_read() {
+        let mut cursor = Cursor::new(r#" "gpus", "diskGib": 100"#);
+        assert!(!cursor.key_is("gpus"));
+        assert!(!cursor.key_is("diskGib"), "the cursor moved past the key it did not read");
+        assert_eq!(cursor.key(), None);
+        let mut cursor = Cursor::new(r#" "gpus" : 1"#);
+        assert!(!cursor.key_is("gpu"));
+        assert!(cursor.key_is("gpus"));
+        assert_eq!(cursor.count(), Some(1));
     }
 
     #[test]

@@ -332,6 +332,9 @@ mod tests {
             r#"{"document": {}, "prune": 1}"#,
             r#"{"document": {}, "other": 1}"#,
             r#"{"document": []}"#,
+            // A field's name without its colon, before a field that is read (fuzzing).
+            r#"{"document": {"flavors": {"f": {"pool": "p", "gpus", "vcpus": 8}}}}"#,
+            r#"{"document": {"sites": {"a": {"region", "region": "r"}}}}"#,
         ] {
             assert_eq!(streamed(request), None, "{request}");
         }
