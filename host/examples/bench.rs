@@ -670,11 +670,14 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let plan_100k = |runs: usize| plan_creates(&large, runs);
+    // A million objects, all to be created (built when asked for: about 100 MB).
+    let plan_1m = |runs: usize| async move {
+        let million = json!({"document": creates(1_000_000)}).to_string();
+        plan_creates(&million, runs).await
+    };
     let profiled = match args.profile {
         Some(Figure::Plan100k) => Some(plan_100k(usize::MAX).await),
-        Some(Figure::Plan1m) => {
-            Some(plan_creates(&json!({"document": creates(1_000_000)}).to_string(), usize::MAX).await)
-        }
+        Some(Figure::Plan1m) => Some(plan_1m(usize::MAX).await),
         _ => None,
     };
     if let Some((median, error)) = profiled {
@@ -727,7 +730,7 @@ async fn run(args: Args) -> Result<()> {
     let rss_large = peak_rss_mib();
     drop(large);
     // A million objects, all to be created, once.
-    let (http_plan_1m, plan_1m_error) = plan_creates(&json!({"document": creates(1_000_000)}).to_string(), 1).await;
+    let (http_plan_1m, plan_1m_error) = plan_1m(1).await;
 
     let _ = stop.send(());
     server.await??;

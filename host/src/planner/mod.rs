@@ -97,9 +97,12 @@ pub struct Sandbox {
 /// the guest returns, and the store is then only a pooled slot to reset.
 type Slot = Option<Guest>;
 
+/// A store's guest is taken back only once its call has ended.
+const HELD: &str = "a store holds its guest until its call ends";
+
 /// The guest of a store whose call is running.
 fn live(slot: &mut Slot) -> &mut Guest {
-    slot.as_mut().expect("a store holds its guest until its call ends")
+    slot.as_mut().expect(HELD)
 }
 
 /// Drops finished stores on a thread of its own. Dropping a store resets its pooled
@@ -412,8 +415,7 @@ impl Sandbox {
                 Entry::Apply => planner.call_apply(&mut store, request),
             }
         });
-        let Guest { session, output, limits, judging, clock, .. } =
-            store.data_mut().take().expect("a store holds its guest until its call ends");
+        let Guest { session, output, limits, judging, clock, .. } = store.data_mut().take().expect(HELD);
         self.retirer.retire(store, limits.grown_to);
         let exhausted = limits.exhausted;
         self.largest_memory.fetch_max(limits.grown_to, Ordering::Relaxed);
