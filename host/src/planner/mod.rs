@@ -56,8 +56,13 @@ const MAX_INSTANCES: u32 = 128 + RETIRING as u32;
 /// untouched resident pages cost nothing (`BENCHMARKS.md`: 128 KiB → 1 MiB took an
 /// empty call from ~15.5 to ~12.6 µs; 4 and 64 MiB measured no better).
 const KEEP_RESIDENT: usize = 1 << 20;
-/// Slots kept warm (with their resident pages) while unused; the others are released
-/// whole. This bounds the memory idle slots hold to `WARM_SLOTS × KEEP_RESIDENT`.
+/// A call takes a free slot its module used before. When there is none, it takes a
+/// never-used slot while fewer than this many slots are unused, and else evicts the
+/// least recently used one. Unused slots are never released: wasmtime 48 keeps each
+/// one's resident pages, so what idle slots hold is bounded only by the pool, at most
+/// `MAX_INSTANCES × KEEP_RESIDENT` (136 MiB). That is why `KEEP_RESIDENT` stays small
+/// although 64 MiB spares a 10k-object plan its page faults (`BENCHMARKS.md`, eleventh
+/// sitting).
 const WARM_SLOTS: u32 = 32;
 /// Finished stores [`Retirer`]'s thread drops at a time; while that many wait, a call
 /// drops its store itself. Each holds a pooled slot until it is dropped.
