@@ -70,7 +70,7 @@ impl output::Host for Guest {
             self.limits.exhausted = true;
             return Err(wasmtime::Error::msg("the planner's result outgrew its memory budget"));
         }
-        self.output.extend_from_slice(&chunk);
+        self.output.push(chunk);
         Ok(())
     }
 }

@@ -263,3 +263,23 @@ fn finished_stores_give_their_slots_back_off_the_calls_path() {
     }
     assert_eq!(waiting(), 0, "finished stores still wait after {:?}", LINGER * 100);
 }
+
+#[test]
+fn a_result_is_its_chunks_joined_in_order() {
+    let mut output = Output::default();
+    for chunk in ["{\"a\":", "[1,2]", "}"] {
+        output.push(chunk.as_bytes().to_vec());
+    }
+    assert_eq!(output.len(), 11);
+    assert_eq!(checked_output(output).unwrap(), r#"{"a":[1,2]}"#);
+
+    let chunk = b"{}".to_vec();
+    let address = chunk.as_ptr();
+    let mut output = Output::default();
+    output.push(chunk);
+    assert_eq!(output.into_bytes().as_ptr(), address, "a result of one chunk is that chunk");
+
+    let mut torn = Output::default();
+    torn.push(b"{\"a\":".to_vec());
+    assert_eq!(checked_output(torn).unwrap_err().code, Code::Internal);
+}
