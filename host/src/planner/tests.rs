@@ -277,7 +277,8 @@ fn a_result_is_its_chunks_joined_in_order() {
     let address = chunk.as_ptr();
     let mut output = Output::default();
     output.push(chunk);
-    assert_eq!(output.into_bytes().as_ptr(), address, "a result of one chunk is that chunk");
+    let bytes = output.into_bytes();
+    assert_eq!(bytes.as_ptr(), address, "a result of one chunk is that chunk");
 
     let mut torn = Output::default();
     torn.push(b"{\"a\":".to_vec());
