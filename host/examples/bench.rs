@@ -169,15 +169,10 @@ fn with_changed_pools(document: &Value) -> Value {
     changed
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-/// The median of ratios, such as those of two plans timed in one round.
-fn median_ratio(mut ratios: Vec<f64>) -> f64 {
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
+/// The median of durations, or of ratios such as those of two plans timed in one round.
+fn median<T: PartialOrd>(mut samples: Vec<T>) -> T {
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    samples.swap_remove(samples.len() / 2)
 }
 
 fn timed<T>(work: impl FnOnce() -> T) -> Duration {
@@ -526,9 +521,8 @@ async fn run(args: Args) -> Result<()> {
         rounds.push(times);
     }
     let column = |which: usize| median(rounds.iter().map(|times| times[which]).collect());
-    let over_native = |which: usize| {
-        median_ratio(rounds.iter().map(|times| times[which].as_secs_f64() / times[0].as_secs_f64()).collect())
-    };
+    let over_native =
+        |which: usize| median(rounds.iter().map(|times| times[which].as_secs_f64() / times[0].as_secs_f64()).collect());
     let (native_plan, wasm_plan, http_plan) = (column(0), column(1), column(2));
 
     // Instantiate + an (almost) empty call: export of an empty estate.
@@ -588,6 +582,7 @@ async fn run(args: Args) -> Result<()> {
         Ok((measured.largest_memory() - empty_call) as f64 / 100_000.0)
     };
 
+    // The median of `runs` plans over HTTP.
     let http_plans = |check: fn(&Value) -> bool| {
         let (http_plan_once, runs) = (&http_plan_once, args.runs);
         async move {
