@@ -3,7 +3,8 @@
 //! Everything is measured in one run on one machine: the planner natively and as a
 //! component on the same state snapshot, a bare instantiate-and-call, plans and a small
 //! plan's throughput over HTTP against the real server in this process, a bare hyper
-//! handler as the throughput ceiling, a large apply, the same plans through the edge
+//! handler as the throughput ceiling and that handler planning the small plan natively
+//! and in the sandbox (what bounds the small plans), a large apply, the same plans through the edge
 //! component (served in process by wasmtime-wasi-http), a plan of an estate half of
 //! which is a module plugin's objects and a plugin check's own cost, the large
 //! estates (100k and 1M objects), and the peak resident memory, of this process and of
@@ -11,6 +12,7 @@
 //! Times are medians (p50) over repeated runs.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -20,7 +22,7 @@ use fleet::calls::auth::{self, Caller};
 use fleet::planner::{Budget, Entry, Sandbox, Session, Source};
 use fleet::{App, Config, db};
 use fleet_guest::Snapshot;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -250,9 +252,7 @@ async fn small_plan(base: &str, token: &str, args: &Args) -> Result<(Duration, f
     if !small_applied.status().is_success() {
         bail!("applying the small estate failed: {}", small_applied.text().await?);
     }
-    let mut small_changed = small_document.clone();
-    small_changed["pools"]["gpu-a"]["gpus"] = json!(72);
-    let small = json!({"document": small_changed}).to_string();
+    let small = small_request();
     let mut samples = Vec::new();
     for _ in 0..50 {
         let started = Instant::now();
@@ -281,6 +281,97 @@ async fn hello_server() -> Result<String> {
             tokio::spawn(async move {
                 let service = service_fn(|_request| async {
                     Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"hello"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(format!("http://{address}/"))
+}
+
+/// The small plan's request: the demo estate with one pool changed.
+fn small_request() -> String {
+    let mut changed = fleet::demo::document();
+    changed["pools"]["gpu-a"]["gpus"] = json!(72);
+    json!({"document": changed}).to_string()
+}
+
+/// What bounds the small plans' throughput: the same plan made by bare hyper handlers that
+/// do nothing else (no authentication, no database read, no hop to the blocking pool),
+/// natively and in the sandbox, and the time of one such plan each way.
+struct SmallLimits {
+    native: Duration,
+    sandboxed: Duration,
+    native_rps: f64,
+    sandboxed_rps: f64,
+}
+
+/// [`SmallLimits`] of the `small` tenant's estate (applied by [`small_plan`]), planned in
+/// `sandbox` as `caller`.
+async fn small_plan_limits(
+    app: &Arc<App>,
+    sandbox: &Arc<Sandbox>,
+    caller: &Caller,
+    args: &Args,
+) -> Result<SmallLimits> {
+    let snapshot: Arc<Snapshot> = {
+        let (app, caller) = (app.clone(), caller.clone());
+        Arc::new(tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??)
+    };
+    let state = Source::snapshot(&snapshot);
+    let native = {
+        let snapshot = snapshot.clone();
+        move |request: &str| fleet_guest::plan(&*snapshot, request).map_err(|error| error.to_string())
+    };
+    let sandboxed = {
+        let (app, sandbox, caller) = (app.clone(), sandbox.clone(), caller.clone());
+        move |request: &str| {
+            let db = app.db.get().map_err(|error| error.to_string())?;
+            let session = Session { caller: caller.clone(), db, source: state.clone(), methods: None };
+            sandbox.call(session, Entry::Plan, request).1.map_err(|error| error.to_string())
+        }
+    };
+    let request = small_request();
+    if native(&request).map_err(anyhow::Error::msg)? != sandboxed(&request).map_err(anyhow::Error::msg)? {
+        bail!("the component's small plan differs from the native one");
+    }
+    let (native_time, sandboxed_time) = (time(2001, || native(&request)), time(2001, || sandboxed(&request)));
+    let load = |url: String| throughput(url, None, request.clone(), args.connections, args.seconds);
+    Ok(SmallLimits {
+        native: native_time,
+        sandboxed: sandboxed_time,
+        native_rps: load(plan_server(native).await?).await?,
+        sandboxed_rps: load(plan_server(sandboxed).await?).await?,
+    })
+}
+
+/// A bare hyper handler that answers each request with `plan` of its body, or a 500.
+async fn plan_server(plan: impl Fn(&str) -> Result<String, String> + Send + Sync + 'static) -> Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let plan = Arc::new(plan);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let plan = plan.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                    let plan = plan.clone();
+                    async move {
+                        let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+                        let answer = match std::str::from_utf8(&body) {
+                            Ok(request) => plan(request),
+                            Err(error) => Err(error.to_string()),
+                        };
+                        let (status, body) = match answer {
+                            Ok(plan) => (hyper::StatusCode::OK, plan),
+                            Err(error) => (hyper::StatusCode::INTERNAL_SERVER_ERROR, error),
+                        };
+                        let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+                        *response.status_mut() = status;
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -460,7 +551,7 @@ async fn run(args: Args) -> Result<()> {
     let changed = with_changed_pools(&document);
     let request = json!({"document": changed}).to_string();
     let every = vec![auth::Grant::parse("compute:*:* @ *").map_err(|error| anyhow::anyhow!(error))?];
-    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every, token: None };
+    let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every.clone(), token: None };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
         tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??
@@ -471,7 +562,7 @@ async fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     // The native planner's host has no plugins; the component's is the same.
-    let sandbox = Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.metrics.clone())?;
+    let sandbox = Arc::new(Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.metrics.clone())?);
     let plan_in_sandbox = |source: &Source, entry: Entry, request: &str| -> Result<String> {
         let session = Session { caller: caller.clone(), db: app.db.get()?, source: source.clone(), methods: None };
         sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
@@ -715,6 +806,8 @@ async fn run(args: Args) -> Result<()> {
     }
 
     let (small_plan, small_rps) = small_plan(&base, &small_token, &args).await?;
+    let small_caller = Caller { tenant: "small".into(), principal: "alice".into(), grants: every, token: None };
+    let small_limits = small_plan_limits(&app, &sandbox, &small_caller, &args).await?;
 
     // The same two plans through the edge component (SPEC §11), served in this process
     // by wasmtime-wasi-http in front of this server.
@@ -741,9 +834,7 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let edge_large = edge_plan(token.clone(), json!({"document": changed}).to_string(), args.runs).await?;
-    let mut small_changed = fleet::demo::document();
-    small_changed["pools"]["gpu-a"]["gpus"] = json!(72);
-    let edge_small = edge_plan(small_token.clone(), json!({"document": small_changed}).to_string(), 50).await?;
+    let edge_small = edge_plan(small_token.clone(), small_request(), 50).await?;
     tokio::task::spawn_blocking(move || drop(edge)).await?;
 
     let hello_rps = throughput(hello_server().await?, None, String::new(), args.connections, args.seconds).await?;
@@ -783,6 +874,10 @@ async fn run(args: Args) -> Result<()> {
         "http_small_plan_rps": small_rps,
         "http_hello_rps": hello_rps,
         "small_over_hello": small_rps / hello_rps,
+        "small_native_plan_us": small_limits.native.as_secs_f64() * 1e6,
+        "small_wasm_plan_us": small_limits.sandboxed.as_secs_f64() * 1e6,
+        "small_native_handler_over_hello": small_limits.native_rps / hello_rps,
+        "small_sandbox_handler_over_hello": small_limits.sandboxed_rps / hello_rps,
         "max_objects_planned": max_objects,
         "guest_bytes_per_object": guest_bytes_per_object,
         "http_plan_100k_ms": http_plan_100k,
@@ -847,7 +942,15 @@ async fn run(args: Args) -> Result<()> {
     row("small plan over HTTP (p50)", format!("{:.2} ms", ms(small_plan)), "");
     row("small plans over HTTP", format!("{small_rps:.0} rps"), "");
     row("bare hyper handler", format!("{hello_rps:.0} rps"), "");
-    row("small / bare", format!("{:.0}%", 100.0 * small_rps / hello_rps), "target >= 25%");
+    let share = |rps: f64| format!("{:.0}%", 100.0 * rps / hello_rps);
+    row("small / bare", share(small_rps), "target >= 25%");
+    let per_plan = |plan: Duration, note: &str| format!("{:.0} us a plan, {note}", plan.as_secs_f64() * 1e6);
+    row(
+        "  bare + native plan",
+        share(small_limits.native_rps),
+        &per_plan(small_limits.native, "no auth, database or pool hop"),
+    );
+    row("  bare + sandboxed plan", share(small_limits.sandboxed_rps), &per_plan(small_limits.sandboxed, "the same"));
     row("plan at the edge (p50)", format!("{:.1} ms", ms(edge_large)), "the origin's: plan over HTTP");
     row("small plan at the edge (p50)", format!("{:.2} ms", ms(edge_small)), "the origin's: small plan");
     row("peak RSS", format!("{rss:.0} MiB"), "the whole benchmark, before the large estates");
