@@ -21,6 +21,23 @@ pub fn is_name(text: &str) -> bool {
     }
 }
 
+/// The longest client text a message quotes whole; a longer one is quoted by its first
+/// [`QUOTED_PREFIX`] characters and its length, so that an error never echoes a huge
+/// value back (an `owner` of 100,000 characters once made a 200 KB answer).
+const QUOTED_WHOLE: usize = 64;
+const QUOTED_PREFIX: usize = 32;
+
+/// A client's text as messages quote it: `"gpu-a"`, or `"aaaa…" (100000 characters)`.
+pub fn quoted(text: &str) -> String {
+    let length = text.chars().count();
+    if length <= QUOTED_WHOLE {
+        return format!("{text:?}");
+    }
+    let prefix: String = text.chars().take(QUOTED_PREFIX).collect();
+    let quoted = format!("{prefix:?}");
+    format!("{}…\" ({length} characters)", &quoted[..quoted.len() - 1])
+}
+
 /// Kinds, FleetConfig sections and field names: camelCase (SPEC §10).
 pub const CAMEL_PATTERN: &str = "^[a-z][a-zA-Z0-9]{0,62}$";
 
@@ -112,5 +129,15 @@ mod tests {
         assert!(!is_id("pool_abcdefghijklmnopqrstuvwxy1", "pool"));
         assert!(!is_id("poolabcdefghijklmnopqrstuvwxyz", "pool"));
         assert!(is_id("flv_234567abcdefghijklmnopqrst", "flv"));
+    }
+
+    #[test]
+    fn long_texts_are_quoted_by_a_prefix_and_their_length() {
+        assert_eq!(quoted("gpu-a"), "\"gpu-a\"");
+        assert_eq!(quoted(&"a".repeat(64)), format!("{:?}", "a".repeat(64)));
+        let long = "é".repeat(100_000);
+        assert_eq!(quoted(&long), format!("\"{}…\" (100000 characters)", "é".repeat(32)));
+        let control = format!("\u{1}{}", "a".repeat(99));
+        assert_eq!(quoted(&control), format!("\"\\u{{1}}{}…\" (100 characters)", "a".repeat(31)), "escaped");
     }
 }

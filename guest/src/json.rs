@@ -34,7 +34,10 @@ pub fn parse(text: &str) -> Result<Value, Vec<Problem>> {
             Some(key) => {
                 let mut trail = context.trail.take();
                 trail.reverse();
-                Problem { path: pointer(&trail), message: format!("the key {key:?} appears twice in one object") }
+                Problem {
+                    path: pointer(&trail),
+                    message: format!("the key {} appears twice in one object", crate::grammar::quoted(&key)),
+                }
             }
             None => Problem { path: String::new(), message: format!("malformed JSON: {error}") },
         }]),

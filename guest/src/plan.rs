@@ -667,8 +667,9 @@ impl<'a> Planner<'a> {
                     reasons.push((
                         Some(field.name),
                         format!(
-                            "{} {text:?} is neither in the document nor a live {}",
+                            "{} {} is neither in the document nor a live {}",
                             field.name,
+                            crate::grammar::quoted(text),
                             estate.kind(target).kind
                         ),
                     ));

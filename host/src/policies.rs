@@ -254,7 +254,7 @@ fn get(deployment: &Deployment, ctx: &Ctx, body: Value) -> Result<Value, ApiErro
     }
     match tenant_policy(ctx.db, &ctx.caller.tenant, &name)? {
         Some(stored) => Ok(stored.json()),
-        None => Err(ApiError::not_found(format!("no policy {name:?} is in force"))),
+        None => Err(ApiError::not_found(format!("no policy {} is in force", fleet_guest::grammar::quoted(&name)))),
     }
 }
 
@@ -278,7 +278,7 @@ fn delete(deployment: &Deployment, ctx: &Ctx, body: Value) -> Result<Value, ApiE
         return Err(deployment_owns(&name));
     }
     let Some(previous) = tenant_policy(ctx.db, &ctx.caller.tenant, &name)? else {
-        return Err(ApiError::not_found(format!("the tenant has no policy {name:?}")));
+        return Err(ApiError::not_found(format!("the tenant has no policy {}", fleet_guest::grammar::quoted(&name))));
     };
     ctx.db.execute("DELETE FROM policies WHERE tenant = ?1 AND name = ?2", params![&ctx.caller.tenant, &name])?;
     let was = (json!(previous.policy.level), json!(previous.sha256));

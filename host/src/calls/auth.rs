@@ -44,8 +44,9 @@ pub struct Grant {
 
 impl Grant {
     pub fn parse(text: &str) -> Result<Grant, String> {
-        let (permission, scope) =
-            text.split_once('@').ok_or_else(|| format!("grant {text:?} is not PERMISSION@SCOPE"))?;
+        let (permission, scope) = text
+            .split_once('@')
+            .ok_or_else(|| format!("grant {} is not PERMISSION@SCOPE", fleet_guest::grammar::quoted(text)))?;
         let segments: Vec<&str> = permission.trim().split(':').collect();
         let [service, module, action] = segments.as_slice() else {
             return Err(format!("permission {:?} must have three ':'-separated segments", permission.trim()));
@@ -53,7 +54,11 @@ impl Grant {
         let scope = scope.trim();
         for part in [*service, *module, *action, scope] {
             if part != "*" && !is_name(part) {
-                return Err(format!("{part:?} in grant {text:?} is neither a name nor *"));
+                return Err(format!(
+                    "{} in grant {} is neither a name nor *",
+                    fleet_guest::grammar::quoted(part),
+                    fleet_guest::grammar::quoted(text)
+                ));
             }
         }
         Ok(Grant { permission: [service.to_string(), module.to_string(), action.to_string()], scope: scope.into() })

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use fleet_guest::grammar::quoted;
 use serde_json::{Map, Value};
 
 use crate::api::{ApiError, Problem};
@@ -72,7 +73,7 @@ impl Input {
         if is_name(&text) {
             Some(text)
         } else {
-            self.problem(field, format!("{text:?} is not a valid name (^[a-z][a-z0-9-]{{0,62}}$)"));
+            self.problem(field, format!("{} is not a valid name (^[a-z][a-z0-9-]{{0,62}}$)", quoted(&text)));
             None
         }
     }

@@ -86,7 +86,10 @@ fn resume_point<B>(request: &Request<B>) -> Result<u64, ApiError> {
         text.parse::<u64>().ok().filter(|seq| *seq <= MAX_COUNT).ok_or_else(|| {
             ApiError::invalid(vec![Problem {
                 path: path.to_owned(),
-                message: format!("{what} {text:?} is not an event sequence number (0 to 2^53 - 1)"),
+                message: format!(
+                    "{what} {} is not an event sequence number (0 to 2^53 - 1)",
+                    fleet_guest::grammar::quoted(text)
+                ),
             }])
         })
     };
@@ -98,7 +101,10 @@ fn resume_point<B>(request: &Request<B>) -> Result<u64, ApiError> {
             _ => {
                 return Err(ApiError::invalid(vec![Problem {
                     path: String::new(),
-                    message: format!("unknown query parameter {pair:?}; the stream takes `after`"),
+                    message: format!(
+                        "unknown query parameter {}; the stream takes `after`",
+                        fleet_guest::grammar::quoted(pair)
+                    ),
                 }]));
             }
         }

@@ -262,7 +262,10 @@ fn read_id(input: &mut Input, field: &str, kind: &str, prefix: &str, required: b
     if grammar::is_id(&text, prefix) {
         Some(text)
     } else {
-        input.problem(field, format!("{text:?} is not a {kind} id ({prefix}_ and 26 lowercase base32 characters)"));
+        input.problem(
+            field,
+            format!("{} is not a {kind} id ({prefix}_ and 26 lowercase base32 characters)", grammar::quoted(&text)),
+        );
         None
     }
 }
@@ -403,7 +406,7 @@ fn check_unreferenced(ctx: &Ctx, module: &Module, object: &Object) -> Result<(),
 }
 
 fn not_found(kind: &Descriptor, key: &str) -> ApiError {
-    ApiError::not_found(format!("no {} {key:?}", kind.kind))
+    ApiError::not_found(format!("no {} {}", kind.kind, grammar::quoted(key)))
 }
 
 // ---- handlers -------------------------------------------------------------------------
