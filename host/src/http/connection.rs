@@ -234,6 +234,136 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     }
 }
 
+/// hyper answers a few malformed requests itself, before any service runs: a head
+/// larger than its read buffer (`431`), a request target too long (`414`), and a head
+/// it cannot parse, such as one with two `Content-Length` headers (`400`). hyper 1 has
+/// no hook for that answer and sends it with an empty body. [`Enveloped`] sits between
+/// hyper and the connection (above TLS) and gives such an answer the error envelope of
+/// SPEC §2 on its way out (docs/decisions/0021).
+///
+/// It knows hyper's answer by its shape alone: a head of one of those statuses with
+/// `content-length: 0` and no `content-type`. Every answer of the server's own carries
+/// a JSON body with its content type, so nothing else looks like it.
+pub struct Enveloped<T> {
+    io: T,
+    /// The envelope answer that replaces hyper's, and how much of it is written.
+    replacement: Option<(Vec<u8>, usize)>,
+}
+
+impl<T> Enveloped<T> {
+    pub fn new(io: T) -> Enveloped<T> {
+        Enveloped { io, replacement: None }
+    }
+}
+
+/// The answer to send instead of `head`, when `head` is one of hyper's own.
+fn envelope_for(head: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let (status_line, headers) = text.strip_suffix("\r\n\r\n")?.split_once("\r\n")?;
+    let status = status_line.strip_prefix("HTTP/1.1 ").or_else(|| status_line.strip_prefix("HTTP/1.0 "))?;
+    let headers: Vec<String> = headers.split("\r\n").map(str::to_ascii_lowercase).collect();
+    let empty = headers.iter().any(|header| header == "content-length: 0");
+    if !empty || headers.iter().any(|header| header.starts_with("content-type:")) {
+        return None;
+    }
+    let error = match status.get(..3)? {
+        "400" => crate::api::ApiError::new(
+            crate::api::Code::InvalidArgument,
+            "the request is not valid HTTP/1.1 (a malformed request line or header, or a body framed twice)",
+        ),
+        "414" => crate::api::ApiError::new(
+            crate::api::Code::PayloadTooLarge,
+            "the request target is longer than the server reads",
+        ),
+        "431" => crate::api::ApiError::new(
+            crate::api::Code::PayloadTooLarge,
+            "the request head is larger than the server reads",
+        ),
+        _ => return None,
+    };
+    let body = error.body().to_string();
+    Some(
+        format!(
+            "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+impl<T: AsyncWrite + Unpin> Enveloped<T> {
+    /// Writes what is left of the replacement answer.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.replacement {
+            if *written == bytes.len() {
+                break;
+            }
+            let wrote = ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]))?;
+            if wrote == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *written += wrote;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// hyper's write of `head`: replaced, and reported written whole, when it is one of
+    /// hyper's own empty answers.
+    fn poll_head(&mut self, cx: &mut Context<'_>, head: &[u8]) -> Option<Poll<io::Result<usize>>> {
+        if self.replacement.is_none() {
+            self.replacement = Some((envelope_for(head)?, 0));
+        }
+        Some(self.poll_replacement(cx).map_ok(|()| head.len()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Enveloped<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Enveloped<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if let Some(replaced) = this.poll_head(cx, buf) {
+            return replaced;
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_replacement(cx))?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_replacement(cx))?;
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    /// hyper writes its own answers as one slice (a head and no body); a write of
+    /// several slices is a response of the server's, passed on.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let mut slices = bufs.iter().filter(|slice| !slice.is_empty());
+        if let (Some(only), None) = (slices.next(), slices.next())
+            && let Some(replaced) = this.poll_head(cx, only)
+        {
+            return replaced;
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -290,5 +420,48 @@ mod tests {
         let started = Instant::now();
         assert_eq!(super::tests::read(&mut io).await.expect_err("idle").kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test]
+    async fn hypers_own_empty_answers_get_the_envelope_and_the_servers_pass_unchanged() {
+        for (head, code) in [
+            (
+                "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n",
+                "PAYLOAD_TOO_LARGE",
+            ),
+            ("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n", "INVALID_ARGUMENT"),
+            ("HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n\r\n", "PAYLOAD_TOO_LARGE"),
+        ] {
+            // A small pipe, so that the answer is written in pieces while it is read.
+            let (mut client, server) = tokio::io::duplex(64);
+            let reading = tokio::spawn(async move {
+                let mut answer = String::new();
+                client.read_to_string(&mut answer).await.expect("read");
+                answer
+            });
+            let mut io = Enveloped::new(server);
+            io.write_all(head.as_bytes()).await.expect("written");
+            io.shutdown().await.expect("shut down");
+            drop(io);
+            let answer = reading.await.expect("joined");
+            let (answer_head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+            assert_eq!(answer_head.lines().next(), head.lines().next());
+            assert!(answer_head.contains(&format!("content-length: {}", body.len())), "{answer}");
+            let body: serde_json::Value = serde_json::from_str(body).expect("JSON");
+            assert_eq!(body["error"]["code"], code, "{answer}");
+        }
+        for own in [
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            "HTTP/1.1 308 Permanent Redirect\r\nlocation: /console\r\ncontent-length: 0\r\n\r\n",
+        ] {
+            let (mut client, server) = tokio::io::duplex(1024);
+            let mut io = Enveloped::new(server);
+            io.write_all(own.as_bytes()).await.expect("written");
+            drop(io);
+            let mut answer = String::new();
+            client.read_to_string(&mut answer).await.expect("read");
+            assert_eq!(answer, own);
+        }
     }
 }

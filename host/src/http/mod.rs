@@ -28,7 +28,7 @@ use crate::api::{ApiError, Code};
 use crate::app::App;
 use crate::calls::auth;
 use crate::fleet::{self, events};
-use crate::http::connection::{Activity, TimedIo, Tracked};
+use crate::http::connection::{Activity, Enveloped, TimedIo, Tracked};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -75,7 +75,8 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
             }
         });
         let Some(tls) = tls else {
-            let connection = graceful.watch(http1::Builder::new().serve_connection(TokioIo::new(io), service));
+            let connection =
+                graceful.watch(http1::Builder::new().serve_connection(TokioIo::new(Enveloped::new(io)), service));
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%error, "connection ended with an error");
@@ -91,7 +92,8 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
         tokio::spawn(async move {
             match tokio::time::timeout(limits.head_timeout, tls.accept(io)).await {
                 Ok(Ok(stream)) => {
-                    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    let connection =
+                        http1::Builder::new().serve_connection(TokioIo::new(Enveloped::new(stream)), service);
                     if let Err(error) = watcher.watch(connection).await {
                         tracing::debug!(%error, "connection ended with an error");
                     }
@@ -375,13 +377,13 @@ pub fn openapi(app: &App) -> Value {
 }
 
 /// Refuses a request head larger than `limit`. hyper refuses much larger heads itself,
-/// before any of our code runs (see docs/decisions/0005-hardening.md).
+/// before any of our code runs, and [`Enveloped`] gives its answer the envelope.
 fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
     let size = request.uri().path_and_query().map_or(0, |target| target.as_str().len())
         + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
     if size > limit {
         return Err(ApiError::new(
-            Code::InvalidArgument,
+            Code::PayloadTooLarge,
             format!("the request head is {size} bytes, more than the limit of {limit}"),
         ));
     }
