@@ -432,7 +432,13 @@ pub fn bearer<B>(request: &Request<B>) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::new(Code::Unauthenticated, "a bearer token is required"))
 }
 
-/// Reads a body of at most `limit` bytes, of which some must arrive every `pause`.
+/// How fast a body must arrive once its first `--body-timeout` has passed: a second
+/// more for every 64 KiB received (docs/decisions/0021).
+const MIN_BODY_RATE: u64 = 64 << 10;
+
+/// Reads a body of at most `limit` bytes, of which some must arrive every `pause`, and
+/// all of it within `pause` plus a second per [`MIN_BODY_RATE`] bytes received: a body
+/// trickled in a byte at a time ends there, not never.
 async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) -> Result<Bytes, ApiError> {
     let too_large =
         || ApiError::new(Code::PayloadTooLarge, format!("the request body is larger than the limit of {limit} bytes"));
@@ -440,20 +446,34 @@ async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) ->
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
+    let started = tokio::time::Instant::now();
+    let mut arrived = started;
     let mut body = Limited::new(request.into_body(), limit);
     let mut collected = Vec::with_capacity(declared.unwrap_or(0) as usize);
     loop {
-        let frame = tokio::time::timeout(pause, body.frame()).await.map_err(|_| {
-            ApiError::new(
-                Code::InvalidArgument,
-                format!("the request body stopped arriving: nothing came for {}", humantime::format_duration(pause)),
-            )
+        let allowed = pause + Duration::from_secs_f64(collected.len() as f64 / MIN_BODY_RATE as f64);
+        let left = allowed.saturating_sub(started.elapsed());
+        let frame = tokio::time::timeout(pause.min(left), body.frame()).await.map_err(|_| {
+            let message = match arrived.elapsed() < pause {
+                true => format!(
+                    "the request body arrived too slowly: {} bytes in {} (a body may take {} and a second more per \
+                     64 KiB)",
+                    collected.len(),
+                    humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())),
+                    humantime::format_duration(pause)
+                ),
+                false => {
+                    format!("the request body stopped arriving: nothing came for {}", humantime::format_duration(pause))
+                }
+            };
+            ApiError::new(Code::InvalidArgument, message)
         })?;
         match frame {
             None => return Ok(Bytes::from(collected)),
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
                     collected.extend_from_slice(data);
+                    arrived = tokio::time::Instant::now();
                 }
             }
             Some(Err(error)) if error.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
@@ -492,7 +512,7 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
 }
 
 /// The error envelope with a status of HTTP's own rather than the code's: 431 carries
-/// `INVALID_ARGUMENT` (docs/decisions/0005-hardening.md).
+/// `PAYLOAD_TOO_LARGE` (docs/decisions/0021).
 fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
     let mut response = json(status, &error.body());
     if error.code == Code::Unavailable {
