@@ -22,7 +22,7 @@ use wasmtime::{Config, Engine, Store, Trap};
 
 use crate::api::{ApiError, Code};
 use crate::metrics::{Exhausted, Metrics};
-use crate::planner::{Budget, Limits, Ticker, compile, sha256_hex, ticks};
+use crate::planner::{Budget, Limits, Ticker, compile, sha256_hex, thread_cpu, ticks};
 
 wasmtime::component::bindgen!({ world: "module-plugin", path: "../wit/module" });
 
@@ -312,8 +312,16 @@ fn run<T>(
     metrics.sandbox_instances.inc();
     let mut store = Store::new(pre.engine(), Limits::new(budget.memory_bytes));
     store.limiter(|limits| limits);
+    // The budget is the thread's CPU time, as the planner's (`planner::thread_cpu`).
+    let cpu_started = thread_cpu();
     store.set_epoch_deadline(ticks(budget.cpu));
-    store.epoch_deadline_trap();
+    store.epoch_deadline_callback(move |_| {
+        let used = thread_cpu().saturating_sub(cpu_started);
+        match budget.cpu.checked_sub(used).filter(|left| !left.is_zero()) {
+            Some(left) => Ok(wasmtime::UpdateDeadline::Continue(ticks(left))),
+            None => Err(Trap::Interrupt.into()),
+        }
+    });
     let result = pre.instantiate(&mut store).and_then(|plugin| call(&plugin, &mut store));
     result.map_err(|trap| {
         if trap.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {

@@ -102,6 +102,42 @@ fn slow_heads_and_idle_connections_are_closed_by_their_timeouts() {
 }
 
 #[test]
+fn a_body_trickled_in_ends_within_the_body_timeout() {
+    let server = Server::start(&["--body-timeout", "2s"]);
+    let token = server.tenant_with_token("acme");
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    let head = format!(
+        "POST /api/compute/sites/list HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 1000\r\n\r\n",
+        server.address()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // A byte every half second: never a pause of the body timeout, and never the end.
+    let started = Instant::now();
+    let trickle = {
+        let mut stream = stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..60 {
+                std::thread::sleep(Duration::from_millis(500));
+                if stream.write_all(b" ").is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut answer = vec![0; 4096];
+    let read = stream.read(&mut answer).expect("an answer before the trickle ends");
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(started.elapsed() < Duration::from_secs(10), "ended near the body timeout: {:?}", started.elapsed());
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(body_of(&answer)["error"]["message"].as_str().unwrap().contains("arrived too slowly"), "{answer}");
+    drop(stream);
+    trickle.join().unwrap();
+    assert_eq!(server.get("/healthz"), (200, "ok".to_owned()));
+}
+
+#[test]
 fn a_terminated_server_ends_its_event_streams_and_exits() {
     let mut server = Server::start(&[]);
     let token = server.tenant_with_token("acme");
@@ -186,17 +222,78 @@ fn oversized_heads_get_the_error_envelope_and_framing_errors_are_refused() {
         format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Padding: {}\r\n\r\n", server.address(), "a".repeat(100 << 10));
     let answer = exchange(&server, big.as_bytes(), Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 431"), "{}", &answer[..answer.len().min(200)]);
-    assert_eq!(code(&body_of(&answer)), "INVALID_ARGUMENT");
+    assert_eq!(code(&body_of(&answer)), "PAYLOAD_TOO_LARGE", "431 carries its code (docs/decisions/0021)");
 
-    // Two Content-Length headers: hyper refuses the request before any of our code runs
-    // (docs/decisions/0005-hardening.md), and the server serves on.
+    // A head past hyper's read buffer, and two Content-Length headers: hyper refuses the
+    // request before any of our code runs, and its answer carries the envelope too.
+    let huge =
+        format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Padding: {}\r\n\r\n", server.address(), "a".repeat(1 << 20));
+    let answer = exchange(&server, huge.as_bytes(), Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 431"), "{}", &answer[..answer.len().min(200)]);
+    assert_eq!(code(&body_of(&answer)), "PAYLOAD_TOO_LARGE", "{answer}");
     let smuggled = format!(
         "POST /api/compute/sites/list HTTP/1.1\r\nHost: {}\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{{}}",
         server.address()
     );
     let answer = exchange(&server, smuggled.as_bytes(), Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(code(&body_of(&answer)), "INVALID_ARGUMENT", "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("content-type: application/json"), "{answer}");
     assert_eq!(server.get("/healthz"), (200, "ok".to_owned()));
+}
+
+/// SPEC §7: the CPU budget is the planner's own work. Many large plans at once, several
+/// times the cores, each well within its budget alone: every one answers 200 (the calls
+/// wait their turn for a core), and none is charged for the time it waited.
+#[test]
+fn concurrent_large_plans_are_charged_only_their_own_cpu() {
+    let mut launch = Launch::default();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    launch.stderr = Some(log.path().to_owned());
+    launch.env = vec![("RUST_LOG", "fleet::request=info,warn")];
+    let server = Server::launch(tempfile::tempdir().unwrap(), &["--sandbox-cpu", "2s", "--log-format", "json"], &launch);
+    let token = server.tenant_with_token("acme");
+    let document = json!({ "document": crate::fleet::large_estate(3_000) }).to_string();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let plans = 6 * cores;
+    let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..plans)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (status, body) = server.raw(Some(&token), "/api/compute/fleet/plan", document.clone());
+                    (status, if status == 200 { String::new() } else { body.to_string() })
+                })
+            })
+            .collect();
+        running.into_iter().map(|plan| plan.join().unwrap()).collect()
+    });
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{plans} plans on {cores} cores: {body}");
+    }
+    // Each plan's logged sandbox time is its own CPU: far below the time it took in all,
+    // most of which the later ones spent waiting.
+    let records: Vec<Value> = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["method"] == "compute.fleet.plan")
+        .collect();
+    assert_eq!(records.len(), plans);
+    let slowest = records.iter().map(|record| record["duration_ms"].as_f64().unwrap()).fold(0.0, f64::max);
+    let charged = records.iter().map(|record| record["sandbox_ms"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert!(charged < slowest / 2.0, "the most charged {charged} ms, the slowest took {slowest} ms");
+}
+
+#[test]
+fn a_long_bad_value_is_quoted_by_a_prefix_and_its_length() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let owner = "x".repeat(100_000);
+    let (status, body) = server.call(&token, "quotas/set", json!({ "owner": format!("A{owner}") }));
+    assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{}", &body.to_string()[..200]);
+    let answer = body.to_string();
+    assert!(answer.len() < 1000, "a short answer, not the value twice: {} bytes", answer.len());
+    assert!(answer.contains("(100001 characters)"), "{answer}");
 }
 
 #[test]

@@ -2,12 +2,15 @@
 //! and a fresh `Store` per request with a CPU budget, a memory cap, a deadline, and the
 //! caller it serves. Host imports only ever see that caller's tenant.
 //!
-//! The CPU budget is the planner's own work (SPEC §12): the time the host spends in
-//! its imports on the guest's behalf (reading the state, running an apply's calls on
-//! the database, plugins' checks) is counted apart and given back, so neither the size
-//! of an apply nor the database's latency makes it `RESOURCE_EXHAUSTED`. The whole call
-//! is bounded by a deadline of its own (`--request-timeout`).
+//! The CPU budget is the planner's own work (SPEC §7, §12): the CPU time of the thread
+//! that runs the guest, read where the epoch ticks, less what the host spends in its
+//! imports on the guest's behalf (reading the state, running an apply's calls on the
+//! database, plugins' checks). Neither waiting for a core nor the size of an apply or
+//! the database's latency makes a call `RESOURCE_EXHAUSTED`. No more calls run at once
+//! than the machine has cores ([`admission`]); the others wait in order. The whole call,
+//! its wait included, is bounded by a deadline of its own (`--request-timeout`).
 
+pub mod admission;
 pub mod state;
 
 use std::hash::{Hash, Hasher};
@@ -61,8 +64,8 @@ const KEEP_RESIDENT: usize = 1 << 20;
 /// least recently used one. Unused slots are never released: wasmtime 48 keeps each
 /// one's resident pages, so what idle slots hold is bounded only by the pool, at most
 /// `MAX_INSTANCES × KEEP_RESIDENT` (136 MiB). That is why `KEEP_RESIDENT` stays small
-/// although 64 MiB spares a 10k-object plan its page faults (`BENCHMARKS.md`, eleventh
-/// sitting).
+/// although 64 MiB spares a 10k-object plan its page faults (`BENCHMARKS.md`, "Tried
+/// and dropped").
 const WARM_SLOTS: u32 = 32;
 /// Finished stores [`Retirer`]'s thread drops at a time; while that many wait, a call
 /// drops its store itself. Each holds a pooled slot until it is dropped.
@@ -86,8 +89,10 @@ pub struct Sandbox {
     engine: Engine,
     planner: FleetPlannerPre<Slot>,
     budget: Budget,
-    /// How long one call may take, host time included.
+    /// How long one call may take, host time and the wait for a core included.
     deadline: Duration,
+    /// The calls that may run at once: one per core.
+    admission: admission::Admission,
     metrics: Metrics,
     /// The module plugins whose kinds and checks the planner's `plugins` import serves.
     plugins: Arc<Plugins>,
@@ -199,6 +204,11 @@ impl Drop for Ticker {
     }
 }
 
+/// The cores this machine gives the process: how many planner calls run at once.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
 /// The epoch ticks a CPU budget lasts.
 pub(crate) fn ticks(cpu: Duration) -> u64 {
     (cpu.as_millis() / TICK.as_millis()).max(1) as u64
@@ -243,13 +253,24 @@ pub struct Guest {
     sha256: sha2::Sha256,
 }
 
-/// Where a call's time goes: the CPU budget counts what is not spent in host imports.
+/// Where a call's time goes: the CPU budget counts the thread's CPU time that is not
+/// spent in host imports; the deadline counts the time on the wall since the call came.
 struct Clock {
+    /// When the call came (before it waited for a core).
     started: std::time::Instant,
-    /// Time spent in host imports so far.
+    /// The thread's CPU time when the guest started.
+    cpu_started: Duration,
+    /// The thread's CPU time spent in host imports so far.
     host: Duration,
     cpu: Duration,
     deadline: Duration,
+}
+
+/// The CPU time the calling thread has used: what the guest's budget counts. A thread
+/// that waits for a core uses none.
+pub(crate) fn thread_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(u64::try_from(now.tv_sec).unwrap_or_default(), u32::try_from(now.tv_nsec).unwrap_or_default())
 }
 
 /// How a call ran out of time.
@@ -261,9 +282,10 @@ enum OutOfTime {
 }
 
 impl Clock {
-    /// The planner's own work so far: the time since the call started, less the host's.
+    /// The planner's own work so far: the thread's CPU time since the guest started,
+    /// less the host's.
     fn guest(&self) -> Duration {
-        self.started.elapsed().saturating_sub(self.host)
+        thread_cpu().saturating_sub(self.cpu_started).saturating_sub(self.host)
     }
 
     /// What is left of the budget, or how the call ran out of time.
@@ -285,15 +307,15 @@ fn past_deadline(deadline: Duration) -> ApiError {
 }
 
 impl Guest {
-    /// Runs a host import, its time counted as the host's. An import that starts past
-    /// the call's deadline fails at once.
+    /// Runs a host import, its CPU time counted as the host's. An import that starts
+    /// past the call's deadline fails at once.
     fn host_work<T>(&mut self, work: impl FnOnce(&mut Guest) -> wasmtime::Result<T>) -> wasmtime::Result<T> {
         if self.clock.started.elapsed() >= self.clock.deadline {
             return Err(past_deadline(self.clock.deadline).into());
         }
-        let started = std::time::Instant::now();
+        let started = thread_cpu();
         let result = work(self);
-        self.clock.host += started.elapsed();
+        self.clock.host += thread_cpu().saturating_sub(started);
         result
     }
 }
@@ -357,6 +379,7 @@ impl Sandbox {
             planner,
             budget,
             deadline: DEFAULT_DEADLINE,
+            admission: admission::Admission::new(cores()),
             metrics,
             plugins,
             largest_memory: AtomicUsize::new(0),
@@ -368,6 +391,11 @@ impl Sandbox {
     /// The sandbox, with calls bounded by `deadline` in all (host time included).
     pub fn with_deadline(self, deadline: Duration) -> Sandbox {
         Sandbox { deadline, ..self }
+    }
+
+    /// The sandbox, with at most `calls` running at once (one per core unless told).
+    pub fn with_concurrency(self, calls: usize) -> Sandbox {
+        Sandbox { admission: admission::Admission::new(calls), ..self }
     }
 
     /// The sandbox, with the module plugins the planner plans.
@@ -385,10 +413,25 @@ impl Sandbox {
     /// gets its connection back) with the result.
     pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
         let started = std::time::Instant::now();
+        let Some(_admitted) = self.admission.enter(started + self.deadline) else {
+            let waited = humantime::format_duration(self.deadline);
+            let message = format!(
+                "the request waited for a free core past its deadline of {waited} (--request-timeout); \
+                 {} planner calls run at once here",
+                self.admission.capacity()
+            );
+            return (session, Err(ApiError::new(Code::ResourceExhausted, message)));
+        };
         let metrics = &self.metrics;
         metrics.sandbox_instances.inc();
         let limits = Limits::new(self.budget.memory_bytes);
-        let clock = Clock { started, host: Duration::ZERO, cpu: self.budget.cpu, deadline: self.deadline };
+        let clock = Clock {
+            started,
+            cpu_started: thread_cpu(),
+            host: Duration::ZERO,
+            cpu: self.budget.cpu,
+            deadline: self.deadline,
+        };
         let guest = Guest {
             session,
             limits,
