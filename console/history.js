@@ -53,13 +53,14 @@ async function more(shown = listed) {
       element('td', {}, revision.appliedBy),
       element('td', {}, String(revision.calls)),
       element('td', {}, revision.prune ? 'yes' : 'no'),
+      element('td', {}, overrides(revision)),
       element('td', {}, element('code', { title: revision.planHash }, shortHash(revision.planHash))),
       element('td', {}, rollback));
   });
   $('revisions').replaceChildren(listed.length
     ? element('table', { class: 'grid', id: 'revision-table' },
       element('caption', {}, 'Revisions, newest first'),
-      element('thead', {}, element('tr', {}, ['Revision', 'Applied at', 'By', 'Calls', 'Prune', 'Plan hash', 'Rollback']
+      element('thead', {}, element('tr', {}, ['Revision', 'Applied at', 'By', 'Calls', 'Prune', 'Overrides', 'Plan hash', 'Rollback']
         .map((header) => element('th', { scope: 'col' }, header)))),
       element('tbody', {}, rows))
     : element('p', { class: 'muted' }, 'No revisions: nothing was applied yet.'));
@@ -74,6 +75,17 @@ async function more(shown = listed) {
   } else if (listed.length > 1) {
     $('from').value = String(listed[1].revision);
   }
+}
+
+/**
+ * The mandatory policies whose denials the revision's apply overrode (SPEC §14), each
+ * with the reason its applier gave; `—` for none.
+ */
+function overrides(revision) {
+  const given = revision.overrides ?? [];
+  if (!given.length) return '—';
+  return element('ul', { class: 'overrides' },
+    given.map(({ policy, reason }) => element('li', {}, element('strong', {}, policy), `: ${reason}`)));
 }
 
 /** Plans revision `number`'s document (with its prune flag) in the Plan view. */
@@ -106,6 +118,19 @@ function canonical(value) {
 }
 
 /**
+ * The default of a field's type (SPEC §5: `0`, `""`, `{}`, `false`), known from the
+ * value the other revision gives it: a field a document leaves out reads as that, as the
+ * planner reads it, so `gpus` left out and `gpus: 0` are no difference.
+ */
+function defaultOf(value) {
+  if (typeof value === 'number') return 0;
+  if (typeof value === 'string') return '';
+  if (typeof value === 'boolean') return false;
+  if (value && typeof value === 'object' && !Array.isArray(value)) return {};
+  return null;
+}
+
+/**
  * The changes from one document to another, as `fleet diff` lists them:
  * `{action, kind, key, fields?, text}` by section and key in the documents' order.
  */
@@ -127,7 +152,10 @@ export function differences(old, now, prune) {
       }
       const names = [...Object.keys(was), ...Object.keys(fields).filter((field) => !Object.hasOwn(was, field))];
       const moved = names
-        .map((field) => ({ field, from: own(was, field) ?? null, to: own(fields, field) ?? null }))
+        .map((field) => {
+          const [from, to] = [own(was, field), own(fields, field)];
+          return { field, from: from ?? defaultOf(to), to: to ?? defaultOf(from) };
+        })
         .filter(({ from, to }) => canonical(from) !== canonical(to));
       if (moved.length === 0) continue;
       const worded = moved.map(({ field, from, to }) => `${field} ${show(from)} -> ${show(to)}`);

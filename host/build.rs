@@ -89,7 +89,7 @@ fn build_console(workspace: &Path, component: &Path, plugins: &[PathBuf], out: &
     let source = workspace.join("console");
     let have = |tool: &str| Command::new(tool).arg("--version").stdout(std::process::Stdio::null()).status();
     if !matches!((have("node"), have("npm")), (Ok(node), Ok(npm)) if node.success() && npm.success()) {
-        println!("cargo:warning=no Node.js and npm: the console's assets are not built (see README, The console)");
+        println!("cargo:warning=no Node.js and npm: the console's assets are not built (see docs/guide/console.md)");
         return;
     }
     let status = Command::new("bash")

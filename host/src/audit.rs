@@ -20,7 +20,7 @@ pub fn register(registry: &mut Registry) {
         "properties": {
             "seq": {"type": "integer", "minimum": 1}, "at": {"type": "string", "format": "date-time"},
             "principal": {"type": "string"}, "method": {"type": "string"}, "kind": {"type": "string"},
-            "id": {"type": "string"}, "via": {"type": "string", "enum": ["api", "fleet.apply"]},
+            "id": {"type": "string"}, "via": {"type": "string", "enum": ["api", "fleet.apply", "fleet.heal"]},
             "planHash": {"type": "string"},
             "changes": {"type": "array", "items": {"type": "object", "required": ["field", "from", "to"],
                 "properties": {"field": {"type": "string"}, "from": {}, "to": {}}}}}});

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::cli::fleet as cli;
 use crate::fleet::estate;
-use crate::support::{Server, code};
+use crate::support::{Launch, Server, code};
 
 fn revisions(server: &Server, token: &str, body: Value) -> Vec<Value> {
     server.ok(token, "fleet/history", body)["revisions"].as_array().expect("revisions").clone()
@@ -155,6 +155,79 @@ fn the_command_line_lists_prints_compares_and_rolls_back() {
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("revision 4, which fleet.drift heals."), "{said}");
     assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["heal"], true);
+}
+
+/// `fleet diff` compares the documents as the planner reads them: after `serve --demo`
+/// (whose first revision leaves defaults out) and an apply of the exported document with
+/// three real changes, it shows those three and nothing else. Output for a pipe or a log
+/// file has no colour codes; `NO_COLOR` wins over a forced colour.
+#[test]
+fn diff_shows_only_real_changes_and_colours_only_a_terminal() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let launch = Launch {
+        stderr: Some(log.path().to_owned()),
+        env: vec![("RUST_LOG", "fleet=info,warn")],
+        ..Launch::default()
+    };
+    let server = Server::launch(tempfile::tempdir().unwrap(), &["--demo"], &launch);
+    let token_line = server.banner.iter().find(|line| line.contains("FLEET_TOKEN=")).expect("a token line");
+    let token = token_line.split('=').nth(1).unwrap().trim().to_owned();
+    let mut exported = server.ok(&token, "fleet/export", json!({}))["document"].clone();
+    exported["pools"]["gpu-a"]["gpus"] = json!(96);
+    exported["ownerQuotas"]["team-ml"]["instances"] = json!(120);
+    exported["flavors"]["g1-large"]["diskGib"] = json!(200);
+    server.ok(&token, "fleet/apply", json!({ "document": exported }));
+
+    let diff = cli(&server, &token, &["diff", "1", "2"]);
+    let shown = String::from_utf8_lossy(&diff.stdout).into_owned();
+    assert_eq!(diff.status.code(), Some(2), "{diff:?}");
+    let changed: Vec<&str> = shown.lines().filter(|line| line.trim_start().starts_with(['~', '+', '-'])).collect();
+    assert_eq!(changed.len(), 3, "{shown}");
+    assert!(shown.contains("~ pool gpu-a: update (gpus 64 -> 96)"), "{shown}");
+    assert!(shown.contains("0 created, 3 updated, 0 no longer in the document"), "{shown}");
+    assert!(!shown.contains("(none)") && !shown.contains('\u{1b}'), "no colour for a pipe: {shown:?}");
+
+    let forced = |no_color: bool| {
+        let mut command = std::process::Command::new(crate::support::FLEET);
+        command.args(["diff", "1", "2"]).env("FLEET_SERVER", &server.base).env("FLEET_TOKEN", &token);
+        command.env("CLICOLOR_FORCE", "1");
+        if no_color {
+            command.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&command.output().unwrap().stdout).into_owned()
+    };
+    assert!(forced(false).contains("\u{1b}["), "colour when asked for");
+    assert!(!forced(true).contains('\u{1b}'), "NO_COLOR wins");
+
+    // The server's text log went to a file: no colour codes in it either.
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(logged.contains("request"), "{logged}");
+    assert!(!logged.contains('\u{1b}'), "{logged}");
+}
+
+/// A revision applied with an override says so in `history`, API and command line:
+/// which policy, by whom (the applier) and why.
+#[test]
+fn history_shows_which_revisions_overrode_a_policy() {
+    let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies/gpus-per-pool.rego");
+    let flag = format!("mandatory:{}", policy.display());
+    let server = Server::start(&["--policy", &flag]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({ "document": estate() }));
+    let mut bigger = estate();
+    bigger["pools"]["gpu-a"]["gpus"] = json!(96);
+    let overrides = json!([{"policy": "gpus-per-pool", "reason": "the training run of week 49"}]);
+    server.ok(&token, "fleet/apply", json!({ "document": bigger, "overrides": overrides }));
+
+    let listed = revisions(&server, &token, json!({}));
+    assert_eq!(listed[0]["overrides"], overrides, "{listed:?}");
+    assert_eq!(listed[1]["overrides"], json!([]), "{listed:?}");
+    let history = cli(&server, &token, &["history"]);
+    let shown = String::from_utf8_lossy(&history.stdout);
+    assert!(
+        shown.contains("overrode policy gpus-per-pool (alice): the training run of week 49"),
+        "{shown}"
+    );
 }
 
 fn ids(server: &Server, token: &str, group: &str) -> Vec<String> {

@@ -25,7 +25,7 @@ pub fn register(registry: &mut Registry) {
     registry.register(
         Method::planner("fleet", "history", MethodKind::Read, Arc::new(history))
             .phase("v0.3")
-            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls and prune flag. `after` pages on to older ones.")
+            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies. `after` pages on to older ones.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": paging}),
                 json!({"type": "object", "required": ["revisions"], "properties": {
@@ -53,15 +53,18 @@ fn revision_schema(whole: bool) -> Value {
             "appliedBy": {"type": "string"},
             "appliedAt": {"type": "string", "format": "date-time"},
             "calls": {"type": "integer", "minimum": 0},
-            "prune": {"type": "boolean"}}});
-    if whole {
-        if let Some(required) = schema["required"].as_array_mut() {
-            required.extend([json!("document"), json!("overrides")]);
+            "prune": {"type": "boolean"},
+            "overrides": {"type": "array", "items": {"type": "object",
+                "required": ["policy", "reason"],
+                "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}}}});
+    if let Some(required) = schema["required"].as_array_mut() {
+        required.push(json!("overrides"));
+        if whole {
+            required.push(json!("document"));
         }
+    }
+    if whole {
         schema["properties"]["document"] = json!({"type": "object"});
-        schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
-            "required": ["policy", "reason"],
-            "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}});
     }
     schema
 }
@@ -106,8 +109,9 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
     Ok(revision)
 }
 
-/// The columns history lists, as the answer's members.
-const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune";
+/// The columns history lists, as the answer's members: a revision's overrides say who
+/// let which mandatory policy's denials through, and why (SPEC §14).
+const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides";
 
 fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     let mut revision = Map::new();
@@ -117,6 +121,8 @@ fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     revision.insert("appliedAt".into(), json!(row.get::<String>(3)?));
     revision.insert("calls".into(), json!(row.get::<i64>(4)?));
     revision.insert("prune".into(), json!(row.get::<bool>(5)?));
+    let overrides: Value = serde_json::from_str(row.text(6)?).map_err(|error| db::decode(6, error))?;
+    revision.insert("overrides".into(), overrides);
     Ok(revision)
 }
 
@@ -153,16 +159,14 @@ fn revision(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<Stri
     let number = number.unwrap_or_default();
     let found = db::transaction(&db, db::Tx::Read, |db| {
         Ok(db.query_opt(
-            &format!("SELECT {LISTED}, overrides, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
+            &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
             params![&caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
-            |row| Ok((listed(row)?, row.get::<String>(6)?, row.get::<String>(7)?)),
+            |row| Ok((listed(row)?, row.get::<String>(7)?)),
         )?)
     })?;
-    let Some((mut revision, overrides, document)) = found else {
+    let Some((revision, document)) = found else {
         return Err(ApiError::not_found(format!("this tenant has no revision {number}")));
     };
-    let overrides: Value = serde_json::from_str(&overrides).map_err(|error| db::decode(6, error))?;
-    revision.insert("overrides".into(), overrides);
     // The document goes out as it was stored, byte for byte: spliced in, not re-encoded.
     let head = Value::Object(revision).to_string();
     let head = head.strip_suffix('}').unwrap_or(&head);

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use anstream::{eprintln, print, println};
 use serde_json::{Map, Value, json};
 
 use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, plural, print_json, printable, shown};
@@ -28,6 +29,15 @@ pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
             plural(calls, "call"),
             if revision["prune"] == true { "on" } else { "off" },
         );
+        // Who let a mandatory policy's denials through, and why (SPEC §14).
+        for overridden in revision["overrides"].as_array().into_iter().flatten() {
+            println!(
+                "        overrode policy {} ({}): {}",
+                printable(&overridden["policy"]),
+                printable(&revision["appliedBy"]),
+                printable(&overridden["reason"]),
+            );
+        }
     }
     if revisions.len() as u64 == limit
         && let Some(oldest) = revisions.last()
@@ -109,10 +119,11 @@ fn changes(old: &Value, new: &Value, prune: bool) -> Vec<Value> {
                     let mut names: Vec<&String> = was.keys().collect();
                     names.extend(fields.keys().filter(|name| !was.contains_key(*name)));
                     names.sort_by_key(|name| order(name));
-                    let moved: Vec<(&String, &Value, &Value)> = names
+                    let moved: Vec<(&String, Value, Value)> = names
                         .into_iter()
                         .map(|name| {
-                            (name, was.get(name).unwrap_or(&Value::Null), fields.get(name).unwrap_or(&Value::Null))
+                            let (from, to) = as_planned(was.get(name), fields.get(name));
+                            (name, from, to)
                         })
                         .filter(|(_, from, to)| from != to)
                         .collect();
@@ -143,6 +154,26 @@ fn changes(old: &Value, new: &Value, prune: bool) -> Vec<Value> {
         }
     }
     changes
+}
+
+/// A field of both revisions as the planner reads it: a field a document leaves out has
+/// its type's default (SPEC §5: `0`, `""`, `{}`, `false`), which the other revision's
+/// value shows. So `gpus` left out and `gpus: 0` are the same, and a field given a value
+/// reads `gpus 0 -> 4`, not `(none) -> 4`.
+fn as_planned(old: Option<&Value>, new: Option<&Value>) -> (Value, Value) {
+    let default_of = |value: &Value| match value {
+        Value::Number(_) => json!(0),
+        Value::String(_) => json!(""),
+        Value::Object(_) => json!({}),
+        Value::Bool(_) => json!(false),
+        _ => Value::Null,
+    };
+    match (old, new) {
+        (Some(old), Some(new)) => (old.clone(), new.clone()),
+        (Some(old), None) => (old.clone(), default_of(old)),
+        (None, Some(new)) => (default_of(new), new.clone()),
+        (None, None) => (Value::Null, Value::Null),
+    }
 }
 
 fn render(from: u64, to: u64, changes: &[Value], prune: Option<(bool, bool)>) -> String {

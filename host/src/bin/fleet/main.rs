@@ -365,6 +365,14 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
+    if let Some(value) = fleet::library_backtraces(std::env::var_os("RUST_LIB_BACKTRACE").as_deref()) {
+        // SAFETY: the first thing the process does, before it starts any thread, so no
+        // other thread reads the environment while it changes.
+        #[expect(unsafe_code, reason = "setting the environment before any thread exists")]
+        unsafe {
+            std::env::set_var("RUST_LIB_BACKTRACE", value);
+        }
+    }
     // Usage errors exit 1, like every other error (SPEC §9): 2 means "changes".
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
@@ -461,7 +469,9 @@ fn client(args: &ServerArgs) -> Result<Client, CliError> {
 /// The commands that run here rather than against a server.
 fn local(db_path: PathBuf, command: Command) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet=info,warn".into());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal, and never with NO_COLOR: a log written to a file is text.
+    let colour = anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     match &command {
         Command::Serve(Serve { log_format: LogFormat::Json, .. }) => logs.json().flatten_event(true).init(),
         _ => logs.init(),
