@@ -206,7 +206,7 @@ export async function renderObject(kind, name) {
       (drift.fields ?? []).map((field) => [field.field, show(field.applied), show(field.actual)]),
       { class: 'grid drift', id: 'object-drift' }));
   }
-  const history = element('div', { id: 'object-audit' }, element('p', { class: 'muted' }, 'reading the audit trail…'));
+  const history = element('div', { id: 'object-audit', class: 'scroll' }, element('p', { class: 'muted' }, 'reading the audit trail…'));
   nodes.push(element('h3', {}, 'Audit history'), history);
   body.replaceChildren(...nodes);
   if (!id) {

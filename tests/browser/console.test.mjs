@@ -193,6 +193,8 @@ test('history: revisions, the difference between two, and a rollback planned fir
   const changed = estate();
   changed.pools['gpu-a'].gpus = 80;
   changed.ownerQuotas['team-ml'].instances = 120;
+  // Stated at its default now: the same document as the planner reads it, so no difference.
+  changed.pools['cpu-a'].gpus = 0;
   await server.ok(own, 'fleet/apply', { document: changed });
 
   const { page, problems } = await signIn(browser, server, own);
@@ -207,6 +209,7 @@ test('history: revisions, the difference between two, and a rollback planned fir
   const lines = await page.locator('#difference .change .text').allTextContents();
   assert.ok(lines.includes('~ pool gpu-a: update (gpus 64 -> 80)'), lines.join('\n'));
   assert.ok(lines.includes('~ ownerQuota team-ml: update (instances 100 -> 120)'), lines.join('\n'));
+  assert.equal(lines.length, 2, lines.join('\n'));
   await shot(page, 'history');
 
   // Rollback: the plan first, in the Plan view, with the server's hash.
@@ -310,6 +313,87 @@ test('every view passes axe-core with no serious or critical violation', async (
   assert.equal(await page.evaluate(() => document.activeElement.className), 'skip');
   await page.keyboard.press('Tab');
   assert.equal(await page.evaluate(() => document.activeElement.id), 'token');
+  assert.deepEqual(problems, []);
+});
+
+/**
+ * What a viewport shows wrong, measured from the elements' boxes: how far the page
+ * scrolls sideways, the boxes outside the screen (but in a box of their own that
+ * scrolls), and the pairs of boxes that overlap with neither inside the other.
+ */
+function layoutProblems() {
+  const scrolls = (node) => ['auto', 'scroll'].includes(getComputedStyle(node).overflowX);
+  const inScroller = (node) => {
+    for (let parent = node.parentElement; parent && parent !== document.body; parent = parent.parentElement) {
+      if (scrolls(parent)) return true;
+    }
+    return false;
+  };
+  const name = (node) => `${node.tagName.toLowerCase()}${node.id ? `#${node.id}` : ''}` +
+    `${node.className && typeof node.className === 'string' ? `.${node.className.split(' ')[0]}` : ''}` +
+    ` "${(node.textContent ?? '').trim().slice(0, 24)}"`;
+  const boxes = [...document.querySelectorAll(
+    'header :is(h1, label, input, button, #who), nav#views a, ' +
+    'section.view:not([hidden]) :is(h2, h3, h4, button, input, select, label, a, textarea, p, table, svg, dl, figure, summary, nav)')]
+    .filter((node) => {
+      const box = node.getBoundingClientRect();
+      return box.width > 1 && box.height > 1 && getComputedStyle(node).visibility !== 'hidden';
+    });
+  const outside = boxes
+    .filter((node) => !inScroller(node))
+    .filter((node) => { const box = node.getBoundingClientRect(); return box.left < -1 || box.right > window.innerWidth + 1; })
+    .map(name);
+  const overlapping = [];
+  for (let i = 0; i < boxes.length; i += 1) {
+    for (let j = i + 1; j < boxes.length; j += 1) {
+      const [a, b] = [boxes[i], boxes[j]];
+      if (a.contains(b) || b.contains(a)) continue;
+      const [p, q] = [a.getBoundingClientRect(), b.getBoundingClientRect()];
+      const width = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+      const height = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+      if (width > 1 && height > 1) overlapping.push(`${name(a)} / ${name(b)}`);
+    }
+  }
+  return { sideways: document.documentElement.scrollWidth - window.innerWidth, outside, overlapping };
+}
+
+test('every view fits a 1280×800 screen and a 390×844 phone: nothing scrolls sideways, no two boxes overlap', async () => {
+  const { page, problems } = await signIn(browser, server, token);
+  const found = {};
+  for (const [width, height] of [[1280, 800], [390, 844]]) {
+    await page.setViewportSize({ width, height });
+    for (const view of ['status', 'estate', 'object', 'plan', 'history', 'capacity']) {
+      if (view === 'object') {
+        await page.evaluate(() => { location.hash = '#object/pool/gpu-a'; });
+        await page.locator('#object-audit table').waitFor();
+      } else {
+        await go(page, view);
+      }
+      if (view === 'plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+      if (view === 'history') await page.locator('#revision-table').waitFor();
+      const problemsHere = await page.evaluate(layoutProblems);
+      const wrong = problemsHere.sideways > 0 || problemsHere.outside.length || problemsHere.overlapping.length;
+      if (wrong) found[`${view} at ${width}×${height}`] = problemsHere;
+      await page.screenshot({ path: join(ARTIFACTS, `console-${view}-${width}.png`) });
+    }
+  }
+  assert.deepEqual(found, {});
+  assert.deepEqual(problems, []);
+});
+
+test('history shows which revisions overrode a policy, by whom and why', async () => {
+  const own = server.tenantWithToken('overridden', 'olga');
+  const source = 'package gpus\n\ndeny contains "more than 70 GPUs in a pool" if {\n\tsome change in input.changes\n' +
+    '\tchange.after.gpus > 70\n}\n';
+  await server.ok(own, 'policies/put', { name: 'gpu-cap', level: 'mandatory', source });
+  const document = estate();
+  document.pools['gpu-a'].gpus = 80;
+  await server.ok(own, 'fleet/apply', { document, overrides: [{ policy: 'gpu-cap', reason: 'the training run of week 49' }] });
+  const { page, problems } = await signIn(browser, server, own);
+  await go(page, 'history');
+  const row = page.locator('#revision-table tbody tr').first();
+  await row.waitFor();
+  assert.match(await row.textContent(), /olga.*gpu-cap: the training run of week 49/);
   assert.deepEqual(problems, []);
 });
 
