@@ -1,139 +1,32 @@
-// The console (SPEC §16): sign-in, the views and what they share — the API with the
-// session's token, the tenant's export and snapshot, and the live event stream. Each
-// view is its own module; the planner runs in the browser (planner.js, plan.js).
+// The console (SPEC §16): the page's wiring — the sign-in form, routing between the
+// views and mounting them, and the live event stream. The session and the API client
+// are session.js's, below every view; each view is its own module; the planner runs in
+// the browser (planner.js, plan.js).
 
-import { $, element, own } from './dom.js';
+import { $, element } from './dom.js';
+import {
+  ApiFailure, SignedOut, beginSession, endSession, eventStream, explain, forgetToken, keepToken, keptToken, loadTenant,
+  onTenantRead, showNotice, tenant,
+} from './session.js';
 import { forgetPlan, mountPlan, showTenantInPlan } from './plan.js';
 import { renderStatus, showEvents } from './status.js';
 import { mountEstate, renderEstate, renderObject } from './estate.js';
 import { mountHistory, renderHistory } from './history.js';
 import { renderCapacity } from './capacity.js';
 
-const API = '/api/compute/';
-/** The state a planner reads, which export answers with for this `Accept` (SPEC §11). */
-const STATE_MEDIA_TYPE = 'application/vnd.fleet.state+json';
-/** Where the token is kept: this tab's session storage, never a URL or a cookie. */
-const TOKEN_KEY = 'fleet.token';
-
-/** An error answer of the API: its code, message and details, and what permission it lacked. */
-export class ApiFailure extends Error {
-  constructor(status, body) {
-    const error = body?.error ?? {};
-    super(error.message ?? `HTTP ${status}`);
-    this.status = status;
-    this.code = error.code ?? `HTTP_${status}`;
-    this.details = error.details;
-  }
-
-  /** For people: a denial names the permission the token lacks. */
-  get explained() {
-    const { permission, scope } = this.details ?? {};
-    if (this.status === 403 && permission) {
-      return `${this.code}: the token lacks ${permission} @ ${scope}. ${this.message}`;
-    }
-    if (this.status === 401) return `${this.code}: the token is not accepted (${this.message}). Sign in again.`;
-    return `${this.code}: ${this.message}`;
-  }
-}
-
-/**
- * An answer that arrived for a session that has ended (signed out, or signed in again):
- * what it holds is dropped, never shown.
- */
-export class SignedOut extends Error {}
-
-/** What the page knows about the signed-in tenant; views read it, `loadTenant` fills it. */
-export const tenant = {
-  token: '',
-  /** Counts sign-ins and sign-outs: an answer is for the session it was asked in. */
-  session: 0,
-  /** The export's document (names, no ids), its `missing` kinds, and the planner's snapshot. */
-  document: null,
-  missing: [],
-  snapshot: null,
-  /** `fleet.status`, refreshed by the event stream. */
-  status: null,
-  /** Sections in the snapshot's kind order: `[{kind, section}]`. */
-  kinds: [],
-  /** When (the server's clock, ms, to the second) the export was read. */
-  readAt: 0,
-};
-
-/**
- * POSTs to `compute.<method>` (e.g. `fleet/export`) with the session's token; `answer`,
- * when given, receives the server's `Date` of the answer (`answer.at`, in ms).
- */
-export async function api(method, body, accept = 'application/json', answer = {}) {
-  const session = tenant.session;
-  const response = await fetch(API + method, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${tenant.token}`, 'Content-Type': 'application/json', Accept: accept },
-    body: typeof body === 'string' ? body : JSON.stringify(body ?? {}),
-  });
-  answer.at = Date.parse(response.headers.get('date') ?? '');
-  const text = await response.text();
-  if (tenant.session !== session) throw new SignedOut(`${method} answered after the session ended`);
-  let value;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    value = { error: { message: text } };
-  }
-  if (!response.ok) throw new ApiFailure(response.status, value);
-  return value;
-}
-
-/** The sections of the built-in kinds (SPEC §4); plugins name theirs in their descriptors. */
-const BUILT_IN_SECTIONS = {
-  site: 'sites', providerAccount: 'providerAccounts', pool: 'pools', ownerQuota: 'ownerQuotas', offer: 'offers',
-  flavor: 'flavors',
-};
-
-/** Counts reads of the tenant: only the newest one is shown. */
-let reads = 0;
-
-/**
- * Loads (or reloads, after an apply or an event) the export, the snapshot and the
- * status; changes nothing when a newer read began meanwhile.
- */
-export async function loadTenant() {
-  const read = {};
-  const mine = ++reads;
-  const [exported, snapshot, status] = await Promise.all([
-    api('fleet/export', {}, 'application/json', read),
-    api('fleet/export', {}, STATE_MEDIA_TYPE),
-    api('fleet/status', {}),
-  ]);
-  if (mine !== reads) return;
-  const plugins = new Map((snapshot.plugins ?? []).map(({ descriptor }) => [descriptor.kind, descriptor.section]));
-  tenant.document = exported.document;
-  tenant.readAt = read.at || 0;
-  tenant.missing = exported.missing ?? [];
-  tenant.snapshot = snapshot;
-  tenant.status = status;
-  tenant.kinds = (snapshot.modules ?? Object.keys(BUILT_IN_SECTIONS))
-    .map((kind) => ({ kind, section: own(BUILT_IN_SECTIONS, kind) ?? plugins.get(kind) }))
-    .filter(({ section }) => section);
-  const objects = tenant.kinds.reduce((sum, { section }) => sum + Object.keys(exported.document[section] ?? {}).length, 0);
-  $('who').textContent = `tenant ${snapshot.caller.tenant} · ${snapshot.caller.principal} · ${objects} objects`;
+/** After each read of the tenant: who is signed in, and the plan view's planner over the new snapshot. */
+async function showTenant() {
+  const { caller } = tenant.snapshot;
+  const objects = tenant.kinds.reduce((sum, { section }) => sum + Object.keys(tenant.document[section] ?? {}).length, 0);
+  $('who').textContent = `tenant ${caller.tenant} · ${caller.principal} · ${objects} objects`;
   await showTenantInPlan();
-}
-
-/** An error for people, from any failure a view meets. */
-export const explain = (error) => (error instanceof ApiFailure ? error.explained : String(error?.message ?? error));
-
-/** Shows `nodes` in the notice box; none hides it. */
-export function showNotice(...nodes) {
-  $('notice').hidden = nodes.length === 0;
-  $('notice').replaceChildren(...nodes);
 }
 
 // ---- sign-in ----------------------------------------------------------------------
 
 async function signIn(token) {
   stream?.abort();
-  tenant.token = token.trim();
-  tenant.session += 1;
+  beginSession(token);
   showNotice();
   $('who').textContent = 'signing in…';
   const submit = $('sign-in').querySelector('button');
@@ -142,15 +35,14 @@ async function signIn(token) {
     await loadTenant();
   } catch (error) {
     if (error instanceof SignedOut) return;
-    tenant.token = '';
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     $('who').textContent = '';
     showNotice(element('strong', {}, 'Not signed in. '), explain(error));
     return;
   } finally {
     submit.disabled = false;
   }
-  sessionStorage.setItem(TOKEN_KEY, tenant.token);
+  keepToken();
   $('token').value = '';
   $('sign-in').hidden = true;
   $('signed-in').hidden = false;
@@ -161,11 +53,9 @@ async function signIn(token) {
 }
 
 function signOut() {
-  sessionStorage.removeItem(TOKEN_KEY);
-  tenant.session += 1;
+  endSession();
   stream?.abort();
   stream = null;
-  Object.assign(tenant, { token: '', document: null, snapshot: null, status: null, kinds: [], missing: [], readAt: 0 });
   // Nothing of the tenant stays in the page for whoever signs in next.
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
   for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to']) {
@@ -200,7 +90,7 @@ function currentRoute() {
 }
 
 /** Shows the view the URL's fragment names, rendered from what the page knows now. */
-export function route() {
+function route() {
   if (!tenant.snapshot) return;
   const [name, ...rest] = currentRoute();
   const view = VIEWS.has(name) ? name : 'status';
@@ -240,11 +130,11 @@ const recent = [];
 const RECENT = 20;
 
 /**
- * Follows `GET /api/compute/events/stream` (SSE) with the token as a bearer header,
- * which an EventSource cannot send: fetch reads the frames. Every event refreshes the
- * status, at most once per burst. The stream resumes after the last event it saw when
- * it drops, and lets go of its connection while the tab is hidden (a browser opens
- * only six to one server, for every tab together), catching up when it is shown again.
+ * Follows the tenant's event stream (`eventStream`: SSE, whose frames fetch reads).
+ * Every event refreshes the status, at most once per burst. The stream resumes after
+ * the last event it saw when it drops, and lets go of its connection while the tab is
+ * hidden (a browser opens only six to one server, for every tab together), catching up
+ * when it is shown again.
  */
 function listen() {
   const signedIn = new AbortController();
@@ -289,10 +179,7 @@ function listen() {
       }
       connection = new AbortController();
       try {
-        const response = await fetch(`${API}events/stream?after=${after}`, {
-          headers: { Authorization: `Bearer ${tenant.token}`, Accept: 'text/event-stream' },
-          signal: AbortSignal.any([signedIn.signal, connection.signal]),
-        });
+        const response = await eventStream(after, AbortSignal.any([signedIn.signal, connection.signal]));
         if (!response.ok) {
           const failure = new ApiFailure(response.status, await response.json().catch(() => ({})));
           $('live').textContent = `not live: ${failure.explained}`;
@@ -341,7 +228,8 @@ function init() {
   mountPlan();
   mountEstate();
   mountHistory();
-  const kept = sessionStorage.getItem(TOKEN_KEY);
+  onTenantRead(showTenant);
+  const kept = keptToken();
   if (kept) signIn(kept);
 }
 

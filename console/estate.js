@@ -4,7 +4,7 @@
 // when drifted, its applied and actual values.
 
 import { $, element, kindTitle, own, plural, show, table, when } from './dom.js';
-import { SignedOut, api, explain, tenant } from './app.js';
+import { SignedOut, api, explain, tenant } from './session.js';
 
 /** Rows drawn above and below the window, so that a scroll of a few rows draws nothing. */
 const OVERSCAN = 12;

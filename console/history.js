@@ -3,7 +3,7 @@
 // in the Plan view, applied there on confirmation like any other plan.
 
 import { $, element, own, plural, shortHash, show, when } from './dom.js';
-import { SignedOut, api, explain, tenant } from './app.js';
+import { SignedOut, api, explain, tenant } from './session.js';
 import { changeRows, planDocument } from './plan.js';
 
 /** Revisions read per page. */

@@ -5,7 +5,7 @@
 
 import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
 import { $, element, kindNoun, kindTitle, plural, show } from './dom.js';
-import { ApiFailure, SignedOut, api, explain, loadTenant, showNotice, tenant } from './app.js';
+import { ApiFailure, SignedOut, api, explain, loadTenant, showNotice, tenant } from './session.js';
 
 const ASSETS = new URL('/console/assets/', location.href);
 

@@ -30,8 +30,17 @@ macro_rules! scripts {
         [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
     };
 }
-const SCRIPTS: [(&str, &str, &str); 8] =
-    scripts!["app.js", "dom.js", "planner.js", "plan.js", "status.js", "estate.js", "history.js", "capacity.js",];
+const SCRIPTS: [(&str, &str, &str); 9] = scripts![
+    "app.js",
+    "session.js",
+    "dom.js",
+    "planner.js",
+    "plan.js",
+    "status.js",
+    "estate.js",
+    "history.js",
+    "capacity.js",
+];
 const PAGES: [(&str, &str, &str); 2] = [
     ("/console", "text/html; charset=utf-8", include_str!("../../../console/index.html")),
     ("/console/style.css", "text/css; charset=utf-8", include_str!("../../../console/style.css")),
