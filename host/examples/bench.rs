@@ -19,7 +19,8 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Parser;
 use fleet::calls::auth::{self, Caller};
-use fleet::planner::{Budget, Entry, Sandbox, Session, Source};
+use fleet::planner::{Entry, Sandbox, Session, Source};
+use fleet::sandbox::Budget;
 use fleet::{App, Config, db};
 use fleet_guest::Snapshot;
 use http_body_util::{BodyExt, Full};
@@ -318,7 +319,10 @@ async fn small_plan_limits(
 ) -> Result<SmallLimits> {
     let snapshot: Arc<Snapshot> = {
         let (app, caller) = (app.clone(), caller.clone());
-        Arc::new(tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??)
+        Arc::new(
+            tokio::task::spawn_blocking(move || app.core.planning.state.snapshot(&app.core.db.get()?, &caller))
+                .await??,
+        )
     };
     let state = Source::snapshot(&snapshot);
     let native = {
@@ -328,8 +332,8 @@ async fn small_plan_limits(
     let sandboxed = {
         let (app, sandbox, caller) = (app.clone(), sandbox.clone(), caller.clone());
         move |request: &str| {
-            let db = app.db.get().map_err(|error| error.to_string())?;
-            let session = Session { caller: caller.clone(), db, source: state.clone(), methods: None };
+            let db = app.core.db.get().map_err(|error| error.to_string())?;
+            let session = Session::new(caller.clone(), db, state.clone());
             sandbox.call(session, Entry::Plan, request).1.map_err(|error| error.to_string())
         }
     };
@@ -408,7 +412,7 @@ async fn post_fleet(http: &reqwest::Client, base: &str, token: &str, method: &st
 async fn serve_alone(db: std::path::PathBuf) -> Result<()> {
     let app = tokio::task::spawn_blocking(move || App::new(Config::new(db))).await??;
     let token = tokio::task::block_in_place(|| -> Result<String> {
-        let db = app.db.get()?;
+        let db = app.core.db.get()?;
         let now = "2026-11-30T00:00:00Z";
         auth::create_tenant(&db, "alone", now)?;
         Ok(auth::create_token(&db, "alone", "alice", &["compute:*:* @ *".to_owned()], now, None)?)
@@ -416,7 +420,7 @@ async fn serve_alone(db: std::path::PathBuf) -> Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     println!("http://{} {token}", listener.local_addr()?);
     let stdin_closed = tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()));
-    fleet::serve(app, listener, async move {
+    fleet::app::serve(app, listener, async move {
         let _ = stdin_closed.await;
     })
     .await
@@ -467,7 +471,7 @@ async fn run(args: Args) -> Result<()> {
     // Off the runtime's threads: the PostgreSQL client runs a runtime of its own.
     let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
     let (token, small_token, plugins_token, history_token) = tokio::task::block_in_place(|| -> Result<_> {
-        let db = app.db.get()?;
+        let db = app.core.db.get()?;
         let now = "2026-11-30T00:00:00Z";
         auth::create_tenant(&db, "bench", now)?;
         auth::create_tenant(&db, "small", now)?;
@@ -484,7 +488,7 @@ async fn run(args: Args) -> Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(fleet::serve(app.clone(), listener, async move {
+    let server = tokio::spawn(fleet::app::serve(app.clone(), listener, async move {
         let _ = stopped.await;
     }));
     // A timed request sends a body serialized before the clock starts and ends when the
@@ -554,7 +558,7 @@ async fn run(args: Args) -> Result<()> {
     let caller = Caller { tenant: "bench".into(), principal: "alice".into(), grants: every.clone(), token: None };
     let snapshot: Snapshot = {
         let (app, caller) = (app.clone(), caller.clone());
-        tokio::task::spawn_blocking(move || app.state.snapshot(&app.db.get()?, &caller)).await??
+        tokio::task::spawn_blocking(move || app.core.planning.state.snapshot(&app.core.db.get()?, &caller)).await??
     };
     let native = || fleet_guest::plan(&snapshot, &request).map(|plan| plan.len());
     if args.profile == Some(Figure::NativePlan) {
@@ -562,9 +566,9 @@ async fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     // The native planner's host has no plugins; the component's is the same.
-    let sandbox = Arc::new(Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.metrics.clone())?);
+    let sandbox = Arc::new(Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.core.metrics.clone())?);
     let plan_in_sandbox = |source: &Source, entry: Entry, request: &str| -> Result<String> {
-        let session = Session { caller: caller.clone(), db: app.db.get()?, source: source.clone(), methods: None };
+        let session = Session::new(caller.clone(), app.core.db.get()?, source.clone());
         sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
     };
     // The native planner borrows the snapshot; the sandbox reads it in the state encoding,
@@ -631,14 +635,9 @@ async fn run(args: Args) -> Result<()> {
 
     // The largest all-creates estate that plans within the default budgets: doubled
     // until the planner runs out, then halved in between to within 2 %.
-    let defaults = Sandbox::new(fleet::planner::PLANNER, Budget::default(), None, app.metrics.clone())?;
+    let defaults = Sandbox::new(fleet::planner::PLANNER, Budget::default(), None, app.core.metrics.clone())?;
     let fits = |objects: usize| {
-        let session = Session {
-            caller: caller.clone(),
-            db: app.db.get().expect("a connection"),
-            source: empty.clone(),
-            methods: None,
-        };
+        let session = Session::new(caller.clone(), app.core.db.get().expect("a connection"), empty.clone());
         let request = json!({"document": creates(objects)}).to_string();
         defaults.call(session, Entry::Plan, &request).1.is_ok()
     };
@@ -662,9 +661,9 @@ async fn run(args: Args) -> Result<()> {
     // speed does not move (the largest estate above is bound by time too).
     let guest_bytes_per_object = || -> Result<f64> {
         let roomy = Budget { cpu: Duration::from_secs(600), memory_bytes: 1 << 30 };
-        let measured = Sandbox::new(fleet::planner::PLANNER, roomy, None, app.metrics.clone())?;
+        let measured = Sandbox::new(fleet::planner::PLANNER, roomy, None, app.core.metrics.clone())?;
         let call = |request: &str, entry: Entry| {
-            let session = Session { caller: caller.clone(), db: app.db.get()?, source: empty.clone(), methods: None };
+            let session = Session::new(caller.clone(), app.core.db.get()?, empty.clone());
             measured.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
         };
         call("{}", Entry::Export)?;
@@ -755,7 +754,8 @@ async fn run(args: Args) -> Result<()> {
     let http_plan_plugins = plugin_plan("", changed_pools).await?;
     // And every reservation changed too: all of them checked, in one batch.
     let http_plan_plugins_checked = plugin_plan("moved", changed_pools + reservations).await?;
-    let plugin = app.plugins.by_kind("reservation").ok_or_else(|| anyhow::anyhow!("the plugin is not loaded"))?;
+    let plugin =
+        app.core.planning.plugins.by_kind("reservation").ok_or_else(|| anyhow::anyhow!("the plugin is not loaded"))?;
     let subject = fleet_guest::plugins::Subject {
         object: r#"{"endsAt":"2026-12-08T00:00:00Z","gpus":1,"id":"rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa","note":"","owner":"ml","pool":"pool_aaaaaaaaaaaaaaaaaaaaaaaaaa","startsAt":"2026-12-01T00:00:00Z","vcpus":8}"#.into(),
         previous: None,
@@ -976,7 +976,7 @@ const REVISIONS: i64 = 10_000;
 /// Gives `tenant` `count` revisions, as that many applies of a small document would
 /// have kept them, written straight to the table (applying them would take minutes).
 fn keep_revisions(app: &App, tenant: &str, count: i64) -> Result<()> {
-    let db = app.db.get()?;
+    let db = app.core.db.get()?;
     let document = json!({"sites": {"eu-west": {"region": "eu-west-1"}}}).to_string();
     let hash = format!("sha256:{}", "0".repeat(64));
     let numbers: Vec<i64> = (1..=count).collect();
@@ -1034,13 +1034,16 @@ mod replicas {
         // Replicas in one process would share one name (`host:pid`): each its own.
         static REPLICAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         if let Some(app) = std::sync::Arc::get_mut(&mut app) {
-            app.replica = format!("bench-{}", REPLICAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let name = format!("bench-{}", REPLICAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let reconciler =
+                fleet::fleet::drift::Reconciler::new(app.core.planning.clone(), app.core.dispatcher.clone());
+            app.core.reconciler = std::sync::Arc::new(reconciler.named(&name));
         }
         let tenants: Vec<String> = tenants.iter().map(|tenant| (*tenant).to_owned()).collect();
         let tokens = {
             let app = app.clone();
             tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
-                let db = app.db.get()?;
+                let db = app.core.db.get()?;
                 let now = "2026-11-30T00:00:00Z";
                 let all = ["compute:*:* @ *".to_owned()];
                 tenants
@@ -1056,7 +1059,7 @@ mod replicas {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(fleet::serve(app, listener, async move {
+        tokio::spawn(fleet::app::serve(app, listener, async move {
             let _ = stopped.await;
         }));
         Ok((base, stop, tokens))

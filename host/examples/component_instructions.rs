@@ -13,7 +13,8 @@
 
 use std::time::Duration;
 
-use fleet::planner::{Budget, Entry, Sandbox, Session, Source};
+use fleet::planner::{Entry, Sandbox, Session, Source};
+use fleet::sandbox::Budget;
 use fleet_guest::Snapshot;
 
 #[path = "../../guest/examples/estates/mod.rs"]
@@ -46,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         token: None,
     };
     let call = |state: &Source, entry: Entry, request: &str| -> anyhow::Result<String> {
-        let session = Session { caller: server_caller.clone(), db: db.get()?, source: state.clone(), methods: None };
+        let session = Session::new(server_caller.clone(), db.get()?, state.clone());
         sandbox.call(session, entry, request).1.map_err(|error| anyhow::anyhow!("{error}"))
     };
     let empty = Source::snapshot(&Snapshot::empty(caller()));

@@ -1,23 +1,33 @@
-//! The application: configuration, database, registry and sandbox, shared by every
-//! request and background task.
+//! The composition root: the configuration, and the one place that builds every part
+//! of the server from it and hands each part what it uses: the database, the modules
+//! and their registry, the planner's sandbox and its [`Planning`], the dispatcher, the
+//! HTTP server and the drift reconciler.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fleet_guest::Catalog;
-use tokio::sync::{broadcast, watch};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
+use crate::calls::Dispatcher;
 use crate::calls::auth::TokenCache;
 use crate::calls::registry::Registry;
 use crate::db::{self, Pool};
-use crate::fleet::{self, events};
+use crate::events::{self, Wake};
+use crate::fleet::drift::{self, Asking, Reconciler};
+use crate::fleet::{self, Planning};
 use crate::http::connection::Limits;
+use crate::http::{self, Server};
 use crate::metrics::Metrics;
 use crate::modules::Modules;
-use crate::planner::{self, Budget, Sandbox};
+use crate::planner::{self, Sandbox};
 use crate::plugins::Plugins;
+use crate::policies::Deployment;
+use crate::sandbox::Budget;
 
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
@@ -77,114 +87,183 @@ impl Config {
             policies: Vec::new(),
         }
     }
+}
 
-    /// The configuration of in-process tests: a database at `db_path`, and the compiled
-    /// planner shared between tests through a cache in the temp dir.
-    #[cfg(test)]
-    pub fn for_tests(db_path: PathBuf) -> Config {
-        let mut config = Config::new(db_path);
-        config.cache_dir = Some(std::env::temp_dir().join("fleet-test-planner-cache"));
-        config
+/// The parts that serve methods, without a transport: the database, the modules, the
+/// planner's [`Planning`], the dispatcher of every method and the drift reconciler.
+/// The server is built on them; so are in-process tests that need a planner.
+pub struct Core {
+    pub db: Pool,
+    pub modules: Arc<Modules>,
+    pub planning: Arc<Planning>,
+    pub dispatcher: Arc<Dispatcher>,
+    pub reconciler: Arc<Reconciler>,
+    pub metrics: Metrics,
+    pub wake: Wake,
+    /// What `status --refresh` asks the reconciler, until it runs.
+    asking: Mutex<Option<Asking>>,
+}
+
+impl Core {
+    pub fn new(config: &Config) -> anyhow::Result<Core> {
+        let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
+        let db = db::open_with(&config.db_path, options)?;
+        let metrics = Metrics::new();
+        metrics.count_events(&events::TYPES);
+        let cache_dir = config.cache_dir.as_deref();
+        let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
+        let policies = Deployment::load(&config.policies)?;
+        let catalog = Arc::new(plugins.catalog().clone());
+        prepare_plugin_tables(&db, &plugins, config.read_only)?;
+        let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
+        modules.check_plugin_references(&plugins)?;
+        let sandbox = Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
+            .with_plugins(plugins.clone())
+            .with_deadline(config.request_timeout);
+        let wake = wake(&db);
+        let state =
+            fleet::state::Reader::new(modules.clone(), policies.clone(), config.state_cache_bytes, metrics.clone());
+        let planning = Arc::new(Planning {
+            db: db.clone(),
+            sandbox,
+            state: Arc::new(state),
+            modules: modules.clone(),
+            plugins,
+            metrics: metrics.clone(),
+            wake: wake.clone(),
+            drift_interval: config.drift_interval,
+            read_only: config.read_only,
+        });
+        let (checks, asking) = drift::checks();
+        let registry = registry(&modules, &planning, checks, &policies);
+        let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
+        let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
+        let reconciler = Arc::new(Reconciler::new(planning.clone(), dispatcher.clone()));
+        Ok(Core { db, modules, planning, dispatcher, reconciler, metrics, wake, asking: Mutex::new(Some(asking)) })
+    }
+
+    /// What the reconciler listens on for `status --refresh`; only the first caller gets
+    /// it (the one that runs the reconciler).
+    pub fn take_asking(&self) -> Option<Asking> {
+        self.asking.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
+/// The server: its configuration, its parts, and the HTTP server over them.
 pub struct App {
     pub config: Config,
-    pub db: Pool,
-    /// The kinds this deployment knows and the modules it runs.
-    pub modules: Arc<Modules>,
-    /// The tenants' states as the planner reads them, cached by generation.
-    pub state: Arc<planner::state::Reader>,
-    /// Authenticated tokens, cached by generation.
-    pub tokens: TokenCache,
-    pub registry: Arc<Registry>,
-    pub sandbox: Sandbox,
-    /// The module plugins this deployment loads.
-    pub plugins: Arc<Plugins>,
-    /// Wakes event streams when events were committed.
-    pub events: broadcast::Sender<()>,
-    /// Turns true when the server stops serving: endless responses (event streams) end,
-    /// so that a graceful shutdown does not wait for them forever.
-    pub stopping: watch::Sender<bool>,
-    pub metrics: Metrics,
-    /// This server among the replicas on its database, as drift claims name their
-    /// holder: `<host>:<pid>`.
-    pub replica: String,
-    /// Accepts HTTPS connections, when the server serves HTTPS.
-    pub tls: Option<crate::http::tls::TlsAcceptor>,
+    pub core: Core,
+    pub server: Arc<Server>,
 }
 
 impl App {
     pub fn new(config: Config) -> anyhow::Result<Arc<App>> {
+        // A certificate that cannot serve stops the start before the database is opened.
         let tls = match &config.tls {
-            Some((certificate, key)) => Some(crate::http::tls::acceptor(certificate, key)?),
+            Some((certificate, key)) => Some(http::tls::acceptor(certificate, key)?),
             None => None,
         };
-        let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
-        let db = db::open_with(&config.db_path, options)?;
-        let metrics = Metrics::new();
-        let cache_dir = config.cache_dir.as_deref();
-        let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
-        let policies = crate::policies::Deployment::load(&config.policies)?;
-        let catalog = Arc::new(plugins.catalog().clone());
-        {
-            let conn = db.get()?;
-            for plugin in plugins.iter() {
-                crate::modules::store::prepare_plugin_table(&conn, plugin.kind, config.read_only)
-                    .map_err(|error| anyhow::anyhow!("plugin {}: {error:#}", plugin.path.display()))?;
-            }
-        }
-        let sandbox = Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
-            .with_plugins(plugins.clone())
-            .with_deadline(config.request_timeout);
-        let modules = Arc::new(Modules::new(catalog.clone(), |kind| config.modules.contains(kind), &plugins));
-        for plugin in plugins.iter() {
-            if let Some((field, kind)) = plugin.kind.references().find(|(_, kind)| !modules.runs(kind)) {
-                anyhow::bail!(
-                    "plugin {}: its field {field} references {kind}, a kind no module of this deployment serves \
-                     (see --modules)",
-                    plugin.path.display()
-                );
-            }
-        }
-        let mut registry = Registry::default();
-        modules.register(&mut registry);
-        fleet::register(&mut registry, &catalog);
-        events::register(&mut registry);
-        crate::audit::register(&mut registry);
-        crate::policies::register(&mut registry, &policies);
-        let (events, _) = broadcast::channel(64);
-        if let Some(listener) = db.listener() {
-            let events = events.clone();
-            listener.spawn(move || {
-                let _ = events.send(());
-            });
-        }
-        let state =
-            Arc::new(planner::state::Reader::new(modules.clone(), policies, config.state_cache_bytes, metrics.clone()));
-        let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
-        let registry = Arc::new(registry);
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
-        let replica = format!("{}:{}", host.trim(), std::process::id());
-        Ok(Arc::new(App {
-            config,
-            db,
-            modules,
-            state,
-            tokens,
-            registry,
-            sandbox,
-            plugins,
-            events,
-            stopping: watch::Sender::new(false),
-            metrics,
-            replica,
-            tls,
-        }))
+        let core = Core::new(&config)?;
+        let mut server = server(&config, &core);
+        server.tls = tls;
+        Ok(Arc::new(App { config, core, server: Arc::new(server) }))
     }
+}
 
-    /// Whether this deployment runs the module of the kind named `kind`.
-    pub fn runs(&self, kind: &str) -> bool {
-        self.modules.runs(kind)
+/// Every plugin kind's table, made or checked before anything serves.
+fn prepare_plugin_tables(db: &Pool, plugins: &Plugins, read_only: bool) -> anyhow::Result<()> {
+    let conn = db.get()?;
+    for plugin in plugins.iter() {
+        crate::store::prepare_plugin_table(&conn, plugin.kind, read_only)
+            .map_err(|error| anyhow::anyhow!("plugin {}: {error:#}", plugin.path.display()))?;
     }
+    Ok(())
+}
+
+/// Wakes the event streams of this process when events were committed here or, on
+/// PostgreSQL, by another replica (`LISTEN`).
+fn wake(db: &Pool) -> Wake {
+    let wake = events::wake();
+    if let Some(listener) = db.listener() {
+        let wake = wake.clone();
+        listener.spawn(move || {
+            let _ = wake.send(());
+        });
+    }
+    wake
+}
+
+/// Every method, each registered once with what it uses.
+fn registry(
+    modules: &Modules,
+    planning: &Arc<Planning>,
+    checks: drift::Checks,
+    policies: &Deployment,
+) -> Arc<Registry> {
+    let mut registry = Registry::default();
+    modules.register(&mut registry);
+    fleet::register(&mut registry, planning, checks);
+    events::register(&mut registry);
+    crate::audit::register(&mut registry);
+    crate::policies::register(&mut registry, policies);
+    Arc::new(registry)
+}
+
+/// The HTTP server of `config` over `core`, its `/metrics` reading the drift gauges
+/// from the database.
+fn server(config: &Config, core: &Core) -> Server {
+    let exposition = {
+        let (db, metrics) = (core.db.clone(), core.metrics.clone());
+        Arc::new(move || {
+            let (drifted, converged) = drift::tenants(&db.get()?)?;
+            Ok(metrics.render(drifted, converged))
+        })
+    };
+    let mut server = Server::new(core.dispatcher.clone(), core.metrics.clone(), exposition, core.wake.clone());
+    server.limits = config.limits;
+    server.body_limit = config.body_limit;
+    server.console_dir.clone_from(&config.console_dir);
+    server
+}
+
+/// Serves `app` on `listener` with the drift reconciler running beside it (unless the
+/// deployment is read-only, which writes nothing), until `shutdown` resolves; then both
+/// stop and open connections finish.
+pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    let asking = app.core.take_asking().filter(|_| !app.config.read_only);
+    let reconciler = asking.map(|asking| {
+        tokio::spawn(app.core.reconciler.clone().run(asking, async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }))
+    });
+    let served = http::run(app.server.clone(), listener, shutdown).await;
+    let _ = stop.send(true);
+    if let Some(reconciler) = reconciler {
+        let _ = reconciler.await;
+    }
+    served
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
 }

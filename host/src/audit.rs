@@ -1,19 +1,19 @@
 //! The audit trail (SPEC §13): one record per successful mutation, made by the module
 //! handlers and written in the transaction of the change itself (an apply's, many to a
-//! statement, when the apply records itself), with the field-level changes; listed per
-//! tenant by `compute.audit.list`, and read by the drift reconciler to say who changed
-//! a drifted object.
-
-use std::cell::RefCell;
-use std::sync::Arc;
+//! statement, when the apply records itself; `store::trail` keeps them), with the
+//! field-level changes; listed per tenant by `compute.audit.list`.
 
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
+use crate::calls::context::{Ctx, Via};
 use crate::calls::input::{Input, Page};
-use crate::calls::registry::{Ctx, Deferred, Method, MethodKind, Registry, Via};
-use crate::db::{self, Conn, Param};
-use crate::params;
+use crate::calls::registry::{Method, MethodKind, Registry, handler};
+use crate::db;
+use crate::db::params;
+use crate::store::trail::{self, Record};
+
+pub use crate::store::trail::FieldChange;
 
 pub fn register(registry: &mut Registry) {
     let record = json!({"type": "object", "required": ["seq", "at", "principal", "method", "kind", "id", "via", "changes"],
@@ -25,10 +25,10 @@ pub fn register(registry: &mut Registry) {
             "changes": {"type": "array", "items": {"type": "object", "required": ["field", "from", "to"],
                 "properties": {"field": {"type": "string"}, "from": {}, "to": {}}}}}});
     let mut filters = Page::schema_properties();
-    filters.insert("id".into(), crate::modules::text_schema());
-    filters.insert("kind".into(), crate::modules::text_schema());
+    filters.insert("id".into(), crate::calls::schema::text_schema());
+    filters.insert("kind".into(), crate::calls::schema::text_schema());
     registry.register(
-        Method::new("audit", "list", MethodKind::Read, Arc::new(list))
+        Method::new("audit", "list", MethodKind::Read, handler(list))
             .phase("v0.2")
             .summary("Lists the tenant's audit records after a sequence number, oldest first, optionally for one object id or kind.")
             .schemas(
@@ -39,18 +39,9 @@ pub fn register(registry: &mut Registry) {
     );
 }
 
-/// One field's change: `from` is null on a create, `to` on a delete. Stored as
-/// `{"field", "from", "to"}`.
-#[derive(serde::Serialize)]
-pub struct FieldChange<'a> {
-    pub field: &'a str,
-    pub from: Option<&'a Value>,
-    pub to: Option<&'a Value>,
-}
-
 /// Records a mutation the caller just made, in its transaction: at once over the API;
 /// inside an apply, kept in the apply's `Pending` and written with its plan hash when
-/// the apply records itself (`write_pending`), in the same transaction.
+/// the apply records itself (`trail::write_pending`), in the same transaction.
 pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldChange]) -> Result<(), ApiError> {
     let record = Record {
         tenant: ctx.caller.tenant.clone(),
@@ -62,73 +53,12 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
         changes: serde_json::to_string(changes).map_err(ApiError::internal)?,
     };
     match ctx.via {
-        Via::Api => insert(ctx.db, ctx.via.as_str(), &record),
+        Via::Api => trail::insert(ctx.db, ctx.via.as_str(), &record),
         Via::Apply(deferred) => {
-            deferred.audits.0.borrow_mut().push(record);
+            deferred.audits.push(record);
             Ok(())
         }
     }
-}
-
-/// A record not written yet.
-struct Record {
-    tenant: String,
-    at: String,
-    principal: String,
-    method: String,
-    kind: String,
-    id: String,
-    changes: String,
-}
-
-/// The records of an apply's calls, in the order of the calls.
-#[derive(Default)]
-pub struct Pending(RefCell<Vec<Record>>);
-
-/// Records written by one statement: a round trip for this many.
-const ROWS_PER_STATEMENT: usize = 64;
-
-/// Writes an apply's records with the plan hash it applied.
-pub fn write_pending(db: &Conn, deferred: &Deferred, via: &str, plan_hash: &str) -> Result<(), ApiError> {
-    let records = deferred.audits.0.take();
-    let values: Vec<Param> = records.iter().flat_map(Record::values).collect();
-    let shared = [Param::Text(via), Param::Text(plan_hash)];
-    db.insert_rows("audit", &COLUMNS, &shared, &values, ROWS_PER_STATEMENT)?;
-    Ok(())
-}
-
-/// The columns an audit record writes: the two its apply shares, then its own.
-const COLUMNS: [&str; 9] = ["via", "plan_hash", "tenant", "at", "principal", "method", "kind", "object_id", "changes"];
-
-impl Record {
-    /// Its own values, in the order of [`COLUMNS`] after the shared two.
-    fn values(&self) -> [Param<'_>; 7] {
-        [&self.tenant, &self.at, &self.principal, &self.method, &self.kind, &self.id, &self.changes].map(Param::from)
-    }
-}
-
-/// Writes the record of a call made through the API, which has no plan hash.
-fn insert(db: &Conn, via: &str, record: &Record) -> Result<(), ApiError> {
-    let sql = format!("INSERT INTO audit ({}) VALUES {}", COLUMNS.join(", "), db::value_rows(1, 2, 7));
-    let mut values = vec![Param::Text(via), Param::Null];
-    values.extend(record.values());
-    db.execute(&sql, &values)?;
-    Ok(())
-}
-
-/// Who last changed an object, when and through which method: `(principal, at, method)`.
-pub fn last_change(
-    db: &Conn,
-    tenant: &str,
-    kind: &str,
-    id: &str,
-) -> Result<Option<(String, String, String)>, ApiError> {
-    Ok(db.query_opt(
-        "SELECT principal, at, method FROM audit WHERE tenant = ?1 AND kind = ?2 AND object_id = ?3
-         ORDER BY seq DESC LIMIT 1",
-        params![tenant, kind, id],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-    )?)
 }
 
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::api::ApiError;
 use crate::db::Conn;
+use crate::db::params;
 use crate::metrics::Metrics;
-use crate::params;
 
 /// What a generation counts writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

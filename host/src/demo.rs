@@ -2,15 +2,12 @@
 //! (so every object goes through its module's handlers and has a name), and a token
 //! with every permission.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use crate::api::ApiError;
-use crate::app::App;
-use crate::calls::auth;
-use crate::calls::dispatch;
+use crate::calls::{Dispatcher, auth};
 use crate::db;
+use crate::modules::Modules;
 
 pub const TENANT: &str = "demo";
 pub const PRINCIPAL: &str = "demo-admin";
@@ -80,27 +77,28 @@ pub fn large_document(pools: usize) -> Value {
 
 /// Creates the demo tenant (once), applies the demo estate (once), and returns a new
 /// token with every permission.
-pub fn seed(app: &Arc<App>) -> anyhow::Result<String> {
-    let db = app.db.get()?;
+pub fn seed(dispatcher: &Dispatcher, modules: &Modules) -> anyhow::Result<String> {
+    let db = dispatcher.db().get()?;
     let now = db::now();
     match auth::create_tenant(&db, TENANT, &now) {
         Ok(()) | Err(auth::AdminError::TenantExists(_)) => {}
         Err(error) => return Err(error.into()),
     }
     let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now, None)?;
-    let applied: bool =
-        db.query_one("SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)", crate::params![TENANT], |row| {
-            row.get(0)
-        })?;
-    if !applied && !app.config.read_only {
-        let caller = auth::authenticate(&db, Some(&format!("Bearer {token}")))?;
-        let method =
-            app.registry.by_name("compute.fleet.apply").ok_or_else(|| anyhow::anyhow!("apply is not registered"))?;
+    let applied: bool = db.query_one(
+        "SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)",
+        crate::db::params![TENANT],
+        |row| row.get(0),
+    )?;
+    if !applied {
+        let caller = dispatcher.authenticate(&db, Some(&format!("Bearer {token}")))?;
         let mut document = document();
         if let Value::Object(sections) = &mut document {
-            sections.retain(|section, _| app.modules.running().any(|kind| kind.section == section));
+            sections.retain(|section, _| modules.running().any(|kind| kind.section == section));
         }
-        dispatch(app, caller, db, method, json!({ "document": document }).to_string().as_bytes())
+        let body = json!({ "document": document }).to_string();
+        dispatcher
+            .run_named(caller, "compute.fleet.apply", body.as_bytes())
             .map_err(|error: ApiError| anyhow::anyhow!("applying the demo estate failed: {error}"))?;
     }
     Ok(token)

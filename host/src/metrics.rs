@@ -1,7 +1,6 @@
 //! `GET /metrics` (SPEC §13): Prometheus text exposition of what the server does. Labels
 //! name methods, status codes, budgets and event types; never a tenant or a principal.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use prometheus::{
@@ -27,7 +26,7 @@ pub struct Metrics {
     cache_bytes: IntGaugeVec,
 }
 
-/// The caches of `crate::cache`, by their label.
+/// The caches the server keeps (docs/decisions/0010), by their label.
 pub const CACHES: [&str; 2] = ["state", "tokens"];
 
 /// The budget a sandboxed call ran out of.
@@ -99,15 +98,20 @@ impl Metrics {
         for budget in ["cpu", "memory"] {
             metrics.sandbox_exhausted.with_label_values(&[budget]);
         }
-        for kind in [crate::fleet::events::DRIFTED, crate::fleet::events::CONVERGED, crate::fleet::events::HEALED] {
-            metrics.events_published.with_label_values(&[kind]);
-        }
         for cache in CACHES {
             metrics.cache_hits.with_label_values(&[cache]);
             metrics.cache_misses.with_label_values(&[cache]);
             metrics.cache_bytes.with_label_values(&[cache]);
         }
         metrics
+    }
+
+    /// Counts events of these types from zero, so that each reads 0 before its first
+    /// event rather than not at all.
+    pub fn count_events(&self, types: &[&str]) {
+        for kind in types {
+            self.events_published.with_label_values(&[kind]);
+        }
     }
 
     /// A request answered: `method` is the registry name, or `other`.
@@ -155,20 +159,4 @@ impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
     }
-}
-
-thread_local! {
-    /// Time spent in the sandbox by the request this thread serves (each request's
-    /// blocking work runs on one thread).
-    static SANDBOX_TIME: Cell<Duration> = const { Cell::new(Duration::ZERO) };
-}
-
-/// Adds a sandboxed call's time to the current request's.
-pub fn add_sandbox_time(elapsed: Duration) {
-    SANDBOX_TIME.with(|time| time.set(time.get() + elapsed));
-}
-
-/// The current request's sandbox time so far, reset for the next.
-pub fn take_sandbox_time() -> Duration {
-    SANDBOX_TIME.with(|time| time.replace(Duration::ZERO))
 }

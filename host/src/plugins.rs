@@ -22,7 +22,7 @@ use wasmtime::{Config, Engine, Store, Trap};
 
 use crate::api::{ApiError, Code};
 use crate::metrics::{Exhausted, Metrics};
-use crate::planner::{Budget, Limits, Ticker, compile, sha256_hex, thread_cpu, ticks};
+use crate::sandbox::{Budget, Limits, Ticker, compile, sha256_hex, thread_cpu, ticks};
 
 wasmtime::component::bindgen!({ world: "module-plugin", path: "../wit/module" });
 

@@ -11,10 +11,11 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, Problem};
 use crate::audit::{self, FieldChange};
+use crate::calls::context::Ctx;
 use crate::calls::input::Input;
-use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
+use crate::calls::registry::{Method, MethodKind, Registry, handler};
+use crate::db::params;
 use crate::db::{self, Conn};
-use crate::params;
 
 /// A policy's source: text with line breaks and tabs, no other control character.
 const SOURCE_PATTERN: &str = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$";
@@ -92,7 +93,7 @@ fn deployment_json(policy: &Policy) -> Value {
 }
 
 fn sha256(source: &str) -> String {
-    format!("sha256:{}", crate::planner::sha256_hex(source.as_bytes()))
+    format!("sha256:{}", crate::sandbox::sha256_hex(source.as_bytes()))
 }
 
 fn tenant_policies(db: &Conn, tenant: &str) -> Result<Vec<Stored>, ApiError> {
@@ -136,34 +137,44 @@ pub fn register(registry: &mut Registry, deployment: &Deployment) {
     let (put_deployment, get_deployment, list_deployment, delete_deployment) =
         (deployment.clone(), deployment.clone(), deployment.clone(), deployment.clone());
     registry.register(
-        Method::new("policies", "put", MethodKind::Mutation, Arc::new(move |ctx, body| put(&put_deployment, ctx, body)))
+        Method::new("policies", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&put_deployment, ctx, body)))
             .phase("v0.3")
             .multiline(&["source"])
             .summary("Creates or replaces one of the tenant's policies: a Rego module whose deny and warn rules judge every plan (SPEC §14).")
             .schemas(put_input, policy_schema.clone()),
     );
     registry.register(
-        Method::new("policies", "get", MethodKind::Read, Arc::new(move |ctx, body| get(&get_deployment, ctx, body)))
-            .phase("v0.3")
-            .summary("One policy in force, the tenant's or the deployment's, with its source.")
-            .schemas(by_name.clone(), policy_schema.clone()),
+        Method::new(
+            "policies",
+            "get",
+            MethodKind::Read,
+            handler(move |ctx: &Ctx, body| get(&get_deployment, ctx, body)),
+        )
+        .phase("v0.3")
+        .summary("One policy in force, the tenant's or the deployment's, with its source.")
+        .schemas(by_name.clone(), policy_schema.clone()),
     );
     registry.register(
-        Method::new("policies", "list", MethodKind::Read, Arc::new(move |ctx, body| list(&list_deployment, ctx, body)))
-            .phase("v0.3")
-            .summary("Every policy in force for the tenant: the deployment's and its own, by name.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false}),
-                json!({"type": "object", "required": ["policies"], "properties": {
+        Method::new(
+            "policies",
+            "list",
+            MethodKind::Read,
+            handler(move |ctx: &Ctx, body| list(&list_deployment, ctx, body)),
+        )
+        .phase("v0.3")
+        .summary("Every policy in force for the tenant: the deployment's and its own, by name.")
+        .schemas(
+            json!({"type": "object", "additionalProperties": false}),
+            json!({"type": "object", "required": ["policies"], "properties": {
                     "policies": {"type": "array", "items": policy_schema}}}),
-            ),
+        ),
     );
     registry.register(
         Method::new(
             "policies",
             "delete",
             MethodKind::Mutation,
-            Arc::new(move |ctx, body| delete(&delete_deployment, ctx, body)),
+            handler(move |ctx: &Ctx, body| delete(&delete_deployment, ctx, body)),
         )
         .phase("v0.3")
         .summary("Deletes one of the tenant's policies; the deployment's cannot be deleted.")

@@ -9,9 +9,8 @@ use sha2::{Digest, Sha256};
 use crate::api::{ApiError, Code};
 use crate::cache::{Scope, generation};
 use crate::calls::input::is_name;
-use crate::calls::registry::Method;
 use crate::db::Conn;
-use crate::params;
+use crate::db::params;
 
 /// Who is calling: one tenant, one principal, and what they may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,18 +76,6 @@ impl std::fmt::Display for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} @ {}", self.permission.join(":"), self.scope)
     }
-}
-
-/// The registry decides: the method's permission and scope against the caller's grants.
-pub fn authorize(caller: &Caller, method: &Method) -> Result<(), ApiError> {
-    if caller.grants.iter().any(|grant| grant.allows(&method.permission, &method.scope)) {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        Code::PermissionDenied,
-        format!("{} may not call {}: it needs {} @ {}", caller.principal, method.name, method.permission, method.scope),
-    )
-    .with_details(serde_json::json!({ "permission": method.permission, "scope": method.scope })))
 }
 
 pub fn hash_token(token: &str) -> String {

@@ -4,12 +4,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Code};
-use crate::app::App;
 use crate::calls::auth::Caller;
+use crate::calls::context::Ctx;
 use crate::db::Conn;
 
 /// Whether a method only reads or also changes state.
@@ -28,62 +29,45 @@ impl MethodKind {
     }
 }
 
-/// What a handler sees: the application, the authenticated caller, a database
-/// connection inside the transaction the server (or apply) opened, and how it was
-/// called (for the audit trail).
-pub struct Ctx<'a> {
-    pub caller: &'a Caller,
-    pub db: &'a Conn,
-    pub via: Via<'a>,
-}
-
-/// How a module method was called: over HTTP, or by a fleet apply (whose audit records
-/// and writes wait for it in `Deferred`).
-#[derive(Clone, Copy)]
-pub enum Via<'a> {
-    Api,
-    Apply(&'a Deferred),
-}
-
-/// What an apply's calls leave to be written when the apply records itself, in its
-/// transaction: their audit records (with the apply's plan hash) and their writes to
-/// module objects, many to a statement.
-#[derive(Default)]
-pub struct Deferred {
-    pub audits: crate::audit::Pending,
-    pub objects: crate::modules::store::Overlay,
-}
-
-impl Ctx<'_> {
-    /// The caller's module objects, as this call reaches them: through the apply's
-    /// overlay inside an apply, straight in the database otherwise.
-    pub fn objects(&self) -> crate::modules::store::Objects<'_> {
-        let overlay = match self.via {
-            Via::Api => None,
-            Via::Apply(deferred) => Some(&deferred.objects),
-        };
-        crate::modules::store::Objects { db: self.db, tenant: &self.caller.tenant, overlay }
-    }
-}
-
-impl Via<'_> {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Via::Api => "api",
-            Via::Apply(_) => "fleet.apply",
-        }
-    }
-}
-
 /// A method that runs inside a transaction opened for it: a read or write transaction
-/// around its HTTP call, or apply's transaction when fleet invokes it.
-pub type Handler = Arc<dyn Fn(&Ctx, Value) -> Result<Value, ApiError> + Send + Sync>;
+/// around its HTTP call, or apply's transaction when fleet invokes it. It answers JSON
+/// text: most handlers make a value ([`handler`]); one that answers stored JSON as it
+/// was stored (a revision's document) splices it in.
+pub type Handler = Arc<dyn Fn(&Ctx, Value) -> Result<String, ApiError> + Send + Sync>;
 
-/// A method that runs the planner and manages its own transaction: it takes the
-/// connection, which the sandbox store owns while the guest runs.
-/// It takes the request body as it came and answers with the planner's JSON text as it
-/// is, so that the bytes the component produced are the bytes the client gets.
-pub type Composite = Arc<dyn Fn(Arc<App>, Caller, Conn, &str) -> Result<String, ApiError> + Send + Sync>;
+/// The handler of a function that answers a JSON value.
+pub fn handler(answer: impl Fn(&Ctx, Value) -> Result<Value, ApiError> + Send + Sync + 'static) -> Handler {
+    Arc::new(move |ctx, body| answer(ctx, body).map(|value| value.to_string()))
+}
+
+/// A composite method's call: the caller, the connection it opens its own transactions
+/// on (the sandbox's store owns it while the guest runs), the request body as it came
+/// (which the planner parses and validates itself), and the methods an apply's calls
+/// may run.
+pub struct Call<'a> {
+    pub caller: Caller,
+    pub db: Conn,
+    pub body: &'a str,
+    pub methods: &'a Arc<Registry>,
+}
+
+/// What a composite method answers: the planner's JSON text as it is, so that the bytes
+/// the component produced are the bytes the client gets, and the guest's CPU time spent
+/// on it, for the request's log.
+pub struct Answer {
+    pub output: Result<String, ApiError>,
+    pub sandbox: Duration,
+}
+
+impl From<Result<String, ApiError>> for Answer {
+    fn from(output: Result<String, ApiError>) -> Answer {
+        Answer { output, sandbox: Duration::ZERO }
+    }
+}
+
+/// A method that manages its own transactions, such as those that run the planner. It
+/// captures at registration what it uses (the planner, the state, the events).
+pub type Composite = Arc<dyn Fn(Call<'_>) -> Answer + Send + Sync>;
 
 pub enum Run {
     InTransaction(Handler),
@@ -93,7 +77,6 @@ pub enum Run {
 pub struct Method {
     /// `compute.<group>.<method>`
     pub name: String,
-    pub group: String,
     pub path: String,
     pub kind: MethodKind,
     pub permission: String,
@@ -107,6 +90,9 @@ pub struct Method {
     /// Top-level string fields that may hold line breaks and tabs (a policy's source).
     pub multiline: &'static [&'static str],
     pub run: Run,
+    /// What the method answers instead when the client asks for the state it would plan
+    /// from (`Accept: application/vnd.fleet.state+json`, the edge's read, SPEC §11).
+    pub state: Option<Composite>,
 }
 
 impl Method {
@@ -122,7 +108,6 @@ impl Method {
         };
         Method {
             name: format!("compute.{group}.{method}"),
-            group: group.into(),
             path: format!("/api/compute/{group}/{method}"),
             kind,
             permission: format!("compute:{group}:{action}"),
@@ -134,6 +119,7 @@ impl Method {
             output: None,
             multiline: &[],
             run,
+            state: None,
         }
     }
 
@@ -146,11 +132,24 @@ impl Method {
     }
 
     /// Runs a method inside a transaction the caller already opened (apply's calls).
-    pub fn run_in(&self, ctx: &Ctx, input: Value) -> Result<Value, ApiError> {
+    pub fn run_in(&self, ctx: &Ctx, input: Value) -> Result<String, ApiError> {
         match &self.run {
             Run::InTransaction(handler) => handler(ctx, input),
             Run::Composite(_) => Err(ApiError::internal(format_args!("{} cannot run inside a transaction", self.name))),
         }
+    }
+
+    /// The registry decides: the method's permission and scope against the caller's
+    /// grants (SPEC §3).
+    pub fn authorize(&self, caller: &Caller) -> Result<(), ApiError> {
+        if caller.grants.iter().any(|grant| grant.allows(&self.permission, &self.scope)) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            Code::PermissionDenied,
+            format!("{} may not call {}: it needs {} @ {}", caller.principal, self.name, self.permission, self.scope),
+        )
+        .with_details(json!({ "permission": self.permission, "scope": self.scope })))
     }
 
     pub fn permission(mut self, permission: &str, scope: &str) -> Method {
@@ -162,6 +161,12 @@ impl Method {
     /// Lets the named top-level fields hold line breaks and tabs (source text).
     pub fn multiline(mut self, fields: &'static [&'static str]) -> Method {
         self.multiline = fields;
+        self
+    }
+
+    /// Answers `state` to a client that asks for the state the method plans from.
+    pub fn answers_state(mut self, state: Composite) -> Method {
+        self.state = Some(state);
         self
     }
 
@@ -227,57 +232,5 @@ impl Registry {
 
     pub fn catalogue(&self) -> Value {
         json!({ "methods": self.methods.iter().map(Method::describe).collect::<Vec<_>>() })
-    }
-
-    /// An OpenAPI 3 description generated from the registry.
-    pub fn openapi(&self) -> Value {
-        let mut paths = serde_json::Map::new();
-        for method in &self.methods {
-            let object = json!({"type": "object"});
-            let input = method.input.clone().unwrap_or_else(|| object.clone());
-            let output = method.output.clone().unwrap_or(object);
-            // An empty body means `{}`: it may be left out exactly when `{}` is valid.
-            let body_required = input["required"].as_array().is_some_and(|required| !required.is_empty());
-            paths.insert(
-                method.path.clone(),
-                json!({ "post": {
-                    "operationId": method.name,
-                    "summary": method.summary,
-                    "tags": [method.module],
-                    "x-fleet-kind": method.kind.as_str(),
-                    "x-fleet-permission": method.permission,
-                    "x-fleet-scope": method.scope,
-                    "x-fleet-phase": method.phase,
-                    "security": [{"bearer": []}],
-                    "requestBody": {"required": body_required, "content": {"application/json": {"schema": input}}},
-                    "responses": {
-                        "200": {"description": "success", "content": {"application/json": {"schema": output}}},
-                        "default": {"description": "an error (SPEC §2)",
-                                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-                    }
-                }}),
-            );
-        }
-        json!({
-            "openapi": "3.1.0",
-            "info": {"title": "fleet", "version": env!("CARGO_PKG_VERSION")},
-            "paths": paths,
-            "components": {
-                "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-                "schemas": {"Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {"error": {
-                        "type": "object",
-                        "required": ["code", "message"],
-                        "properties": {
-                            "code": {"type": "string", "enum": Code::ALL.map(Code::as_str)},
-                            "message": {"type": "string"},
-                            "details": {"type": "object"}
-                        }
-                    }}
-                }}
-            }
-        })
     }
 }

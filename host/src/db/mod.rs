@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use self::postgres::Listener;
+pub(crate) use self::value::params;
 pub use self::value::{Column, Param, Row, decode};
 use crate::api::ApiError;
 

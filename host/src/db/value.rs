@@ -48,12 +48,12 @@ impl<'a, T: Into<Param<'a>>> From<Option<T>> for Param<'a> {
 }
 
 /// The parameters of a statement: `params![tenant, limit as i64]`.
-#[macro_export]
 macro_rules! params {
     ($($value:expr),* $(,)?) => {
         &[$($crate::db::Param::from($value)),*]
     };
 }
+pub(crate) use params;
 
 impl rusqlite::ToSql for Param<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {

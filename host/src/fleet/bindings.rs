@@ -4,8 +4,8 @@
 use fleet_guest::{Binding, Descriptor};
 
 use crate::api::ApiError;
+use crate::db::params;
 use crate::db::{self, Conn, Param};
-use crate::params;
 
 /// The tenant's name bindings.
 pub fn all(db: &Conn, tenant: &str) -> Result<Vec<Binding>, ApiError> {
@@ -54,8 +54,8 @@ pub fn rename(db: &Conn, tenant: &str, kind: &Descriptor, from: &str, to: &str, 
     let key = |name: &str| fleet_guest::idempotency_key(tenant, kind.kind, name);
     let sql = format!(
         "UPDATE {} SET idempotency_key = ?3 WHERE tenant = ?1 AND {} = ?2 AND idempotency_key = ?4",
-        crate::modules::store::table(kind),
-        crate::modules::store::column(kind.identity_name())
+        crate::store::table(kind),
+        crate::store::column(kind.identity_name())
     );
     db.execute(&sql, params![tenant, id, &key(to), &key(from)])?;
     Ok(())

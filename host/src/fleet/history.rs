@@ -8,13 +8,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
-use crate::app::App;
-use crate::calls::auth::Caller;
+use crate::calls::context::Ctx;
 use crate::calls::input::{Input, MAX_COUNT, Page};
-use crate::calls::parse_body;
-use crate::calls::registry::{Method, MethodKind, Registry};
+use crate::calls::registry::{Method, MethodKind, Registry, handler};
+use crate::db::params;
 use crate::db::{self, Conn};
-use crate::params;
 
 pub fn register(registry: &mut Registry) {
     let mut paging = Page::schema_properties();
@@ -23,7 +21,8 @@ pub fn register(registry: &mut Registry) {
         json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT, "description": "List the revisions older than this one."}),
     );
     registry.register(
-        Method::planner("fleet", "history", MethodKind::Read, Arc::new(history))
+        Method::new("fleet", "history", MethodKind::Read, handler(history))
+            .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.3")
             .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies. `after` pages on to older ones.")
             .schemas(
@@ -33,7 +32,8 @@ pub fn register(registry: &mut Registry) {
             ),
     );
     registry.register(
-        Method::planner("fleet", "revision", MethodKind::Read, Arc::new(revision))
+        Method::new("fleet", "revision", MethodKind::Read, Arc::new(revision))
+            .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.3")
             .summary("One revision: what history lists of it, the overrides of its apply, and the document exactly as applied.")
             .schemas(
@@ -128,8 +128,8 @@ fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
 
 /// Newest first, from the primary key's index: a page costs its rows, not the history's
 /// length, and no document is read.
-fn history(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
-    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+fn history(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let mut input = Input::new(body)?;
     let after = input.count("after", false);
     if after == Some(0) {
         input.problem("after", "must be a revision, 1 or more");
@@ -138,32 +138,28 @@ fn history(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<Strin
     input.finish()?;
     // Older than `after`: the list is newest first.
     let before = after.map_or(i64::MAX, |after| i64::try_from(after).unwrap_or(i64::MAX));
-    let revisions = db::transaction(&db, db::Tx::Read, |db| {
-        Ok(db.query(
-            &format!(
-                "SELECT {LISTED} FROM fleet_revisions WHERE tenant = ?1 AND revision < ?2
-                 ORDER BY revision DESC LIMIT ?3"
-            ),
-            params![&caller.tenant, before, limit as i64],
-            |row| Ok(Value::Object(listed(row)?)),
-        )?)
-    })?;
-    Ok(json!({ "revisions": revisions }).to_string())
+    let revisions = ctx.db.query(
+        &format!(
+            "SELECT {LISTED} FROM fleet_revisions WHERE tenant = ?1 AND revision < ?2
+             ORDER BY revision DESC LIMIT ?3"
+        ),
+        params![&ctx.caller.tenant, before, limit as i64],
+        |row| Ok(Value::Object(listed(row)?)),
+    )?;
+    Ok(json!({ "revisions": revisions }))
 }
 
 /// One revision, its document as the text the apply was sent (so exactly as applied).
-fn revision(_app: Arc<App>, caller: Caller, db: Conn, body: &str) -> Result<String, ApiError> {
-    let mut input = Input::new(parse_body(body.as_bytes())?)?;
+fn revision(ctx: &Ctx, body: Value) -> Result<String, ApiError> {
+    let mut input = Input::new(body)?;
     let number = input.count("revision", true);
     input.finish()?;
     let number = number.unwrap_or_default();
-    let found = db::transaction(&db, db::Tx::Read, |db| {
-        Ok(db.query_opt(
-            &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
-            params![&caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
-            |row| Ok((listed(row)?, row.get::<String>(7)?)),
-        )?)
-    })?;
+    let found = ctx.db.query_opt(
+        &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
+        params![&ctx.caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
+        |row| Ok((listed(row)?, row.get::<String>(7)?)),
+    )?;
     let Some((revision, document)) = found else {
         return Err(ApiError::not_found(format!("this tenant has no revision {number}")));
     };

@@ -1,12 +1,17 @@
-//! The HTTP server: hyper over tokio, routing from the method registry, the error
-//! envelope, the body limit, and graceful shutdown.
+//! The HTTP server: hyper over tokio, the route table, the error envelope, the body
+//! limit and timeout, `/metrics`, and graceful shutdown. Methods go to the
+//! [`Dispatcher`]; the event stream is `sse`, the console's page `console`, the API's
+//! description `openapi`.
 
 pub mod connection;
 pub mod console;
+mod openapi;
+pub mod sse;
 pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,18 +24,72 @@ use hyper::service::service_fn;
 use hyper::{Method as HttpMethod, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::Instrument;
 
 use crate::api::{ApiError, Code};
-use crate::app::App;
-use crate::calls::auth;
-use crate::fleet::{self, events};
-use crate::http::connection::{Activity, Enveloped, TimedIo, Tracked};
+use crate::calls::Dispatcher;
+use crate::calls::dispatch::STATE_MEDIA_TYPE;
+use crate::events::Wake;
+use crate::http::connection::{Activity, Enveloped, Limits, TimedIo, Tracked};
+use crate::metrics::Metrics;
+
+pub use openapi::openapi;
 
 pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The text of `GET /metrics`, made when asked (its drift gauges are read from the
+/// database, so that every replica reports the same numbers).
+pub type Exposition = Arc<dyn Fn() -> Result<String, ApiError> + Send + Sync>;
+
+/// What the server serves with: the methods, through their dispatcher; the limits of
+/// SPEC §7a; TLS when it serves HTTPS; the metrics it counts requests in and exposes;
+/// the console's assets; and the event streams' wake-ups.
+pub struct Server {
+    pub dispatcher: Arc<Dispatcher>,
+    pub limits: Limits,
+    pub body_limit: usize,
+    /// Accepts HTTPS connections, when the server serves HTTPS.
+    pub tls: Option<tls::TlsAcceptor>,
+    pub metrics: Metrics,
+    pub exposition: Exposition,
+    /// The console's assets (the planner transpiled by jco), served at `/console/assets/`.
+    pub console_dir: PathBuf,
+    pub wake: Wake,
+    /// Turns true when the server stops serving: endless responses (event streams) end,
+    /// so that a graceful shutdown does not wait for them forever.
+    pub stopping: watch::Sender<bool>,
+    /// `GET /api/openapi.json`, made once.
+    description: Value,
+}
+
+impl Server {
+    pub fn new(dispatcher: Arc<Dispatcher>, metrics: Metrics, exposition: Exposition, wake: Wake) -> Server {
+        let description = openapi(dispatcher.registry());
+        Server {
+            dispatcher,
+            limits: Limits::default(),
+            body_limit: 16 << 20,
+            tls: None,
+            metrics,
+            exposition,
+            console_dir: console::default_dir(),
+            wake,
+            stopping: watch::Sender::new(false),
+            description,
+        }
+    }
+
+    fn events(&self) -> sse::Events {
+        sse::Events {
+            dispatcher: self.dispatcher.clone(),
+            wake: self.wake.clone(),
+            stopping: self.stopping.subscribe(),
+        }
+    }
+}
 
 /// Serves until `shutdown` resolves, then lets open connections finish.
 ///
@@ -38,9 +97,9 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// so the others wait in the listen backlog while those open keep being served. An
 /// accept that fails (out of file descriptors, say) is retried after a pause that doubles
 /// up to a second, and logged once per run of failures, never in a loop.
-pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(server: Arc<Server>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let graceful = GracefulShutdown::new();
-    let limits = app.config.limits;
+    let limits = server.limits;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut backoff = AcceptBackoff::default();
     tokio::pin!(shutdown);
@@ -64,17 +123,16 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
         };
         let activity = Arc::new(Activity::default());
         let io = TimedIo::new(stream, activity.clone(), limits);
-        let app = app.clone();
-        let tls = app.tls.clone();
+        let serving = server.clone();
         let service = service_fn(move |request| {
             let in_flight = activity.begin();
-            let app = app.clone();
+            let server = serving.clone();
             async move {
-                let response = handle(app, request).await;
+                let response = handle(server, request).await;
                 Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
             }
         });
-        let Some(tls) = tls else {
+        let Some(tls) = server.tls.clone() else {
             let connection =
                 graceful.watch(http1::Builder::new().serve_connection(TokioIo::new(Enveloped::new(io)), service));
             tokio::spawn(async move {
@@ -105,7 +163,7 @@ pub async fn run(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Out
         });
     }
     drop(listener);
-    app.stopping.send_replace(true);
+    server.stopping.send_replace(true);
     graceful.shutdown().await;
     Ok(())
 }
@@ -155,15 +213,15 @@ enum Route {
 }
 
 impl Route {
-    fn of(app: &App, path: &str) -> Option<Route> {
+    fn of(server: &Server, path: &str) -> Option<Route> {
         Some(match path {
             "/healthz" => Route::Health,
             "/metrics" => Route::Metrics,
             "/api/methods" => Route::Catalogue,
             "/api/openapi.json" => Route::OpenApi,
-            events::STREAM_PATH => Route::EventStream,
+            sse::STREAM_PATH => Route::EventStream,
             _ if console::owns(path) => Route::Console,
-            _ if app.registry.by_path(path).is_some() => Route::Method,
+            _ if server.dispatcher.registry().by_path(path).is_some() => Route::Method,
             _ => return None,
         })
     }
@@ -222,22 +280,22 @@ impl RequestLog {
     }
 }
 
-async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Body> {
+async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response<Body> {
     let started = std::time::Instant::now();
     let mut log =
         RequestLog { method: "other".into(), tenant: None, principal: None, error: None, sandbox: Duration::ZERO };
     // What the server logs while serving the request carries its span.
     let span = tracing::info_span!("request", path = %request.uri().path());
-    let response = route(&app, request, &mut log).instrument(span.clone()).await;
+    let response = route(&server, request, &mut log).instrument(span.clone()).await;
     let elapsed = started.elapsed();
-    app.metrics.request(&log.method, response.status().as_u16(), elapsed);
+    server.metrics.request(&log.method, response.status().as_u16(), elapsed);
     span.in_scope(|| log.emit(response.status(), elapsed));
     response
 }
 
-async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -> Response<Body> {
+async fn route(server: &Arc<Server>, request: Request<Incoming>, log: &mut RequestLog) -> Response<Body> {
     let path = request.uri().path().to_owned();
-    let Some(route) = Route::of(app, &path) else {
+    let Some(route) = Route::of(server, &path) else {
         return log.failed(ApiError::not_found(format!("no route for {} {path}", request.method())));
     };
     let (allowed, allow) = route.http_method();
@@ -249,23 +307,23 @@ async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog)
         log.error = Some(error);
         return response;
     }
-    if let Err(error) = check_head(&request, app.config.limits.max_head_bytes) {
+    if let Err(error) = check_head(&request, server.limits.max_head_bytes) {
         let response = error_response_as(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &error);
         log.error = Some(error);
         return response;
     }
     match route {
         Route::Health => text(StatusCode::OK, "ok"),
-        Route::Catalogue => json(StatusCode::OK, &app.registry.catalogue()),
-        Route::OpenApi => json(StatusCode::OK, &openapi(app)),
-        Route::Metrics => metrics(app.clone()).await.unwrap_or_else(|error| log.failed(error)),
-        Route::EventStream => events::stream(app.clone(), request).await.unwrap_or_else(|error| log.failed(error)),
-        Route::Console => console::serve(&app.config.console_dir, &path).await,
+        Route::Catalogue => json(StatusCode::OK, &server.dispatcher.registry().catalogue()),
+        Route::OpenApi => json(StatusCode::OK, &server.description),
+        Route::Metrics => metrics(server.exposition.clone()).await.unwrap_or_else(|error| log.failed(error)),
+        Route::EventStream => sse::stream(server.events(), request).await.unwrap_or_else(|error| log.failed(error)),
+        Route::Console => console::serve(&server.console_dir, &path).await,
         Route::Method => {
-            if let Some(method) = app.registry.by_path(&path) {
+            if let Some(method) = server.dispatcher.registry().by_path(&path) {
                 log.method.clone_from(&method.name);
             }
-            match call(app.clone(), request, log).await {
+            match call(server.clone(), request, log).await {
                 Ok(output) => json_text(StatusCode::OK, output),
                 Err(error) => log.failed(error),
             }
@@ -273,107 +331,12 @@ async fn route(app: &Arc<App>, request: Request<Incoming>, log: &mut RequestLog)
     }
 }
 
-/// `GET /metrics`: the exposition, with the drift gauges read from the database.
-async fn metrics(app: Arc<App>) -> Result<Response<Body>, ApiError> {
-    tokio::task::spawn_blocking(move || {
-        let db = app.db.get()?;
-        let (applied, drifted): (i64, i64) = db.query_one(
-            "SELECT (SELECT count(*) FROM fleet_applied), (SELECT count(*) FROM fleet_drift)",
-            &[],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
-        let text = app.metrics.render(drifted, applied - drifted);
-        let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
-        Ok(response)
-    })
-    .await
-    .map_err(ApiError::internal)?
-}
-
-/// The OpenAPI description: the registry's methods, and the routes served here besides.
-pub fn openapi(app: &App) -> Value {
-    let mut description = app.registry.openapi();
-    let error = json!({"description": "an error (SPEC §2)",
-                       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
-    let text = |summary: &str, media: &str, schema: Value| {
-        json!({"get": {"summary": summary, "responses": {
-            "200": {"description": "success", "content": {media: {"schema": schema}}}, "default": error}}})
-    };
-    let routes = [
-        ("/metrics", text("Prometheus text exposition (SPEC §13).", "text/plain", json!({"type": "string"}))),
-        (
-            "/healthz",
-            text("Answers `ok` while the server serves.", "text/plain", json!({"type": "string", "enum": ["ok"]})),
-        ),
-        (
-            "/api/methods",
-            text(
-                "The method catalogue of the registry.",
-                "application/json",
-                json!({"type": "object", "required": ["methods"],
-            "properties": {"methods": {"type": "array", "items": {"type": "object"}}}}),
-            ),
-        ),
-        ("/api/openapi.json", text("This description.", "application/json", json!({"type": "object"}))),
-        (console::PAGE_PATH, text("The console (SPEC §16).", "text/html", json!({"type": "string"}))),
-        (
-            console::OLD_PATH,
-            json!({"get": {"summary": "The console's old address: redirects to /console.",
-                "responses": {"308": {"description": "to /console",
-                    "headers": {"Location": {"schema": {"type": "string", "enum": [console::PAGE_PATH]}}}}}}}),
-        ),
-    ];
-    let file = |summary: &str, name: &str| {
-        let string = json!({"schema": {"type": "string"}});
-        json!({"get": {"summary": summary,
-            "parameters": [{"name": name, "in": "path", "required": true, "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "the file", "content": {
-                "text/javascript": string, "text/css": string, "application/wasm": string}}, "default": error}}})
-    };
-    let paths = description["paths"].as_object_mut().expect("the registry describes paths");
-    for (path, item) in routes {
-        paths.insert(path.to_owned(), item);
-    }
-    paths.insert(
-        "/console/{file}".to_owned(),
-        file("A file of the console page (its scripts and style sheet).", "file"),
-    );
-    paths.insert(
-        "/console/assets/{asset}".to_owned(),
-        file("The planner transpiled by jco for the console (built by console/build.sh).", "asset"),
-    );
-    paths.insert(
-        events::STREAM_PATH.to_owned(),
-        json!({"get": {
-            "operationId": "compute.events.stream",
-            "summary": "The tenant's events as Server-Sent Events, live; authorized like compute.events.list.",
-            "security": [{"bearer": []}],
-            "parameters": [
-                {"name": "after", "in": "query", "required": false,
-                 "description": "resume after this sequence number",
-                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::calls::input::MAX_COUNT}},
-                {"name": "Last-Event-ID", "in": "header", "required": false,
-                 "description": "resume after this sequence number (sent by a reconnecting EventSource)",
-                 "schema": {"type": "integer", "minimum": 0, "maximum": crate::calls::input::MAX_COUNT}}],
-            "responses": {
-                // The schema of one event, as OpenAPI 3.1 tools read `text/event-stream`
-                // (3.2 names it `itemSchema`): its fields, `data` the event's JSON.
-                "200": {"description": "an endless stream of `id`, `event` and `data` frames",
-                        "content": {"text/event-stream": {"schema": {
-                            "type": "object",
-                            "required": ["id", "event", "data"],
-                            "properties": {
-                                "id": {"type": "string", "pattern": "^[0-9]+$",
-                                       "description": "the event's sequence number"},
-                                "event": {"type": "string", "description": "the event's type"},
-                                "data": {"type": "string", "contentMediaType": "application/json",
-                                         "description": "the event, as compute.events.list returns it"}}}}}},
-                "default": error}}}),
-    );
-    description
+/// `GET /metrics`: the exposition, made on a blocking thread (it reads the database).
+async fn metrics(exposition: Exposition) -> Result<Response<Body>, ApiError> {
+    let text = tokio::task::spawn_blocking(move || exposition()).await.map_err(ApiError::internal)??;
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    Ok(response)
 }
 
 /// Refuses a request head larger than `limit`. hyper refuses much larger heads itself,
@@ -390,37 +353,24 @@ fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A method call: authenticate, route, authorize, read the body, run.
-async fn call(app: Arc<App>, request: Request<Incoming>, log: &mut RequestLog) -> Result<String, ApiError> {
+/// A method call: read the body, then the dispatcher authenticates, finds, authorizes
+/// and runs it, on a blocking thread.
+async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut RequestLog) -> Result<String, ApiError> {
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
-    let wants_state = request.headers().get(ACCEPT).is_some_and(|accept| accept == fleet::STATE_MEDIA_TYPE);
-    let limits = app.config.limits;
-    let body = read_body(request, app.config.body_limit, limits.body_timeout).await?;
-    let (identity, result, sandbox) = tokio::task::spawn_blocking(move || {
-        let mut identity = None;
-        let result = (|| {
-            let db = app.db.get()?;
-            let caller = auth::authenticate_with(&db, Some(&authorization), Some(&app.tokens))?;
-            identity = Some((caller.tenant.clone(), caller.principal.clone()));
-            let method =
-                app.registry.by_path(&path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
-            auth::authorize(&caller, method)?;
-            if wants_state && fleet::answers_state(&method.name) {
-                return fleet::state(&app, &caller, &db);
-            }
-            crate::calls::dispatch(&app, caller, db, method, &body)
-        })();
-        (identity, result, crate::metrics::take_sandbox_time())
-    })
-    .await
-    .unwrap_or_else(|panic| (None, Err(ApiError::internal(format_args!("handler panicked: {panic}"))), Duration::ZERO));
-    if let Some((tenant, principal)) = identity {
+    let wants_state = request.headers().get(ACCEPT).is_some_and(|accept| accept == STATE_MEDIA_TYPE);
+    let body = read_body(request, server.body_limit, server.limits.body_timeout).await?;
+    let dispatcher = server.dispatcher.clone();
+    let handled =
+        tokio::task::spawn_blocking(move || dispatcher.handle(Some(&authorization), &path, &body, wants_state))
+            .await
+            .map_err(|panic| ApiError::internal(format_args!("handler panicked: {panic}")))?;
+    if let Some((tenant, principal)) = handled.identity {
         log.tenant = Some(tenant);
         log.principal = Some(principal);
     }
-    log.sandbox = sandbox;
-    result
+    log.sandbox = handled.answer.sandbox;
+    handled.answer.output
 }
 
 pub fn bearer<B>(request: &Request<B>) -> Result<String, ApiError> {

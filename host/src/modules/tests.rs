@@ -1,17 +1,16 @@
 //! In-process tests of the module handlers: ids, and that a handler's changes belong to
 //! the transaction around it (apply relies on this to roll back a failed call list).
 
-use std::sync::Arc;
-
+use fleet_guest::grammar::is_id;
 use serde_json::{Value, json};
 
 use super::new_id;
 use crate::api::{ApiError, Code};
-use crate::app::{App, Config};
-use crate::calls::auth::{self, Caller};
-use crate::calls::registry::{Ctx, Via};
+use crate::calls::auth::Caller;
+use crate::calls::context::{Ctx, Via};
+use crate::calls::registry::Registry;
 use crate::db::{self, Tx};
-use fleet_guest::grammar::is_id;
+use crate::testing::{Database, module_registry};
 
 /// A fresh id is one of its kind (the grammar itself is tested in `fleet_guest::grammar`).
 #[test]
@@ -21,21 +20,17 @@ fn fresh_ids_are_ids_of_their_prefix() {
     assert_ne!(id, new_id("pool"));
 }
 
-/// An application on a temp database with one tenant, `acme`.
+/// The built-in modules' methods on a temp database with the tenant `acme`.
 struct Fixture {
-    app: Arc<App>,
+    database: Database,
+    registry: Registry,
     caller: Caller,
-    _dir: tempfile::TempDir,
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).expect("the app starts");
-        let db = app.db.get().expect("a connection");
-        auth::create_tenant(&db, "acme", &db::now()).expect("the tenant is created");
         let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new(), token: None };
-        Fixture { app, caller, _dir: dir }
+        Fixture { database: Database::new(), registry: module_registry(), caller }
     }
 
     /// Runs `work` in a write transaction, with a `call(method, input)` that runs a
@@ -44,19 +39,20 @@ impl Fixture {
         &self,
         work: impl FnOnce(&dyn Fn(&str, Value) -> Result<Value, ApiError>) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        let db = self.app.db.get().expect("a connection");
+        let db = self.database.conn();
         db::transaction(&db, Tx::Write(&self.caller.tenant), |db| {
             let ctx = Ctx { caller: &self.caller, db, via: Via::Api };
             let call = |name: &str, input: Value| {
-                let method = self.app.registry.by_name(name).expect("the method is registered");
-                method.run_in(&ctx, input)
+                let method = self.registry.by_name(name).expect("the method is registered");
+                let output = method.run_in(&ctx, input)?;
+                Ok(serde_json::from_str(&output).expect("JSON"))
             };
             work(&call)
         })
     }
 
     fn count(&self, table: &str) -> i64 {
-        let db = self.app.db.get().expect("a connection");
+        let db = self.database.conn();
         db.query_one(&format!("SELECT count(*) FROM {table}"), &[], |row| row.get(0)).expect("a count")
     }
 }

@@ -6,23 +6,28 @@ use std::sync::Arc;
 
 use fleet_guest::Snapshot;
 use fleet_guest::plugins::Subject;
-use serde_json::Value;
-
 use sha2::Digest;
 
+use super::Guest;
 use super::compute::fleet::{digest, methods, output, plugins, state, types};
-use super::state::Reader;
-use super::{Guest, into_wit_error};
+use super::errors::into_wit_error;
 use crate::api::{ApiError, Code};
-use crate::calls::auth;
-use crate::calls::registry::{Ctx, MethodKind, Via};
+use crate::calls::context::{Ctx, Via};
+use crate::calls::registry::MethodKind;
+use crate::db::Conn;
+
+/// The tenant's state in the state encoding, as of a transaction: what fleet reads for
+/// the planner (its objects, bindings and the policies in force), cached as it likes.
+pub trait StateSource: Send + Sync {
+    fn encode(&self, db: &Conn, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError>;
+}
 
 /// Where the state the guest reads comes from.
 #[derive(Clone)]
 pub enum Source {
     /// The caller's tenant in the database, in the transaction of the session's
     /// connection.
-    Database(Arc<Reader>),
+    Database(Arc<dyn StateSource>),
     /// A fixed state (golden cases, benchmarks) in the state encoding, made once, as the
     /// server's state cache keeps a tenant's: see [`Source::snapshot`].
     Encoded(Arc<Vec<u8>>),
@@ -53,7 +58,7 @@ impl state::Host for Guest {
             let session = &guest.session;
             let state = match &session.source {
                 Source::Encoded(state) => state.clone(),
-                Source::Database(reader) => reader.encode(&session.db, &session.caller.tenant)?,
+                Source::Database(source) => source.encode(&session.db, &session.caller.tenant)?,
             };
             // The binding's result is owned, so the kept encoding is copied once here.
             Ok(state.as_ref().clone())
@@ -100,14 +105,12 @@ impl methods::Host for Guest {
     /// mutation of this deployment, the input a JSON object of bounded size, and the call
     /// is authorized as the caller, like any HTTP call. The tenant is the store's.
     fn invoke(&mut self, method: String, input: String) -> wasmtime::Result<Result<String, types::Error>> {
-        self.host_work(|guest| {
-            Ok(guest.invoke_checked(&method, &input).map(|output| output.to_string()).map_err(into_wit_error))
-        })
+        self.host_work(|guest| Ok(guest.invoke_checked(&method, &input).map_err(into_wit_error)))
     }
 }
 
 impl Guest {
-    fn invoke_checked(&mut self, name: &str, input: &str) -> Result<Value, ApiError> {
+    fn invoke_checked(&mut self, name: &str, input: &str) -> Result<String, ApiError> {
         let session = &self.session;
         let Some(apply) = &session.methods else {
             return Err(ApiError::new(Code::Unsupported, "this host runs no composite methods"));
@@ -121,7 +124,7 @@ impl Guest {
             return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
         }
         let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
-        auth::authorize(&session.caller, method)?;
+        method.authorize(&session.caller)?;
         let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
         method.run_in(&ctx, input)
     }

@@ -639,7 +639,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
         let address = listener.local_addr()?;
         if serve.demo {
             let seeded = app.clone();
-            let token = tokio::task::spawn_blocking(move || demo::seed(&seeded)).await??;
+            let token = tokio::task::spawn_blocking(move || demo::seed(&seeded.core.dispatcher, &seeded.core.modules)).await??;
             println!("demo tenant {:?}, principal {:?}; token with every permission:", demo::TENANT, demo::PRINCIPAL);
             println!("  export FLEET_TOKEN={token}");
             println!(
@@ -652,7 +652,7 @@ fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
             println!("console: {}", console_build_hint(&app.config.console_dir));
         }
         println!("fleet listening on {scheme}://{address}");
-        fleet::serve(app, listener, fleet::shutdown_signal()).await
+        fleet::app::serve(app, listener, fleet::app::shutdown_signal()).await
     })
 }
 

@@ -2,27 +2,29 @@
 //! planner: budgets end the request with RESOURCE_EXHAUSTED, traps with INTERNAL, forged
 //! calls are refused, and the host serves on.
 
-use std::sync::Arc;
+mod golden;
+
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::app::{App, Config};
+use crate::app::Core;
 use crate::calls::auth::Grant;
+use crate::calls::context::{Ctx, Via};
+use crate::testing::Database;
 
+/// The hostile guest in a sandbox of its own, beside the parts of a deployment on a
+/// database with the tenants `acme` and `other`.
 struct Fixture {
-    app: Arc<App>,
+    core: Core,
     hostile: Sandbox,
-    _dir: tempfile::TempDir,
+    database: Database,
 }
 
 fn fixture(budget: Budget) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
-    let db = app.db.get().unwrap();
-    crate::calls::auth::create_tenant(&db, "acme", "2026-11-30T00:00:00Z").unwrap();
-    crate::calls::auth::create_tenant(&db, "other", "2026-11-30T00:00:00Z").unwrap();
+    let database = Database::new();
+    let core = database.core(|_| {});
     let hostile = Sandbox::new(HOSTILE, budget, None, crate::metrics::Metrics::new()).unwrap();
-    Fixture { app, hostile, _dir: dir }
+    Fixture { core, hostile, database }
 }
 
 fn caller(grants: &[&str]) -> Caller {
@@ -36,12 +38,10 @@ fn caller(grants: &[&str]) -> Caller {
 
 impl Fixture {
     fn run(&self, request: &str, caller: Caller, composite: bool) -> Result<String, ApiError> {
-        let session = Session {
-            caller,
-            db: self.app.db.get().unwrap(),
-            source: Source::Database(self.app.state.clone()),
-            methods: composite.then(|| crate::planner::Apply::new(self.app.registry.clone())),
-        };
+        let mut session = Session::new(caller, self.database.conn(), self.core.planning.source());
+        if composite {
+            session = session.applying(self.core.dispatcher.registry().clone());
+        }
         self.hostile.call(session, Entry::Plan, request).1
     }
 }
@@ -62,13 +62,8 @@ fn an_endless_loop_runs_out_of_cpu_and_the_host_serves_on() {
     // A looping guest on one thread does not stop the real planner on another.
     std::thread::scope(|scope| {
         let looping = scope.spawn(|| fixture.run("loop", caller(&[]), false));
-        let session = Session {
-            caller: caller(&[]),
-            db: fixture.app.db.get().unwrap(),
-            source: Source::Database(fixture.app.state.clone()),
-            methods: None,
-        };
-        let (_, exported) = fixture.app.sandbox.call(session, Entry::Export, "{}");
+        let session = Session::new(caller(&[]), fixture.database.conn(), fixture.core.planning.source());
+        let (_, exported) = fixture.core.planning.sandbox.call(session, Entry::Export, "{}");
         assert!(exported.is_ok(), "{exported:?}");
         assert_eq!(looping.join().unwrap().unwrap_err().code, Code::ResourceExhausted);
     });
@@ -108,15 +103,15 @@ fn a_trap_is_internal_and_says_nothing_of_the_cause() {
 #[test]
 fn the_guest_sees_only_the_callers_tenant() {
     let fixture = fixture(small());
-    let db = fixture.app.db.get().unwrap();
+    let db = fixture.database.conn();
     let other = Caller {
         tenant: "other".into(),
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
         token: None,
     };
-    let ctx = crate::calls::registry::Ctx { caller: &other, db: &db, via: crate::calls::registry::Via::Api };
-    let create = fixture.app.registry.by_name("compute.sites.create").unwrap();
+    let ctx = Ctx { caller: &other, db: &db, via: Via::Api };
+    let create = fixture.core.dispatcher.registry().by_name("compute.sites.create").unwrap();
     create.run_in(&ctx, serde_json::json!({"region": "eu-west-1"})).unwrap();
 
     let seen: serde_json::Value = serde_json::from_str(&fixture.run("caller", caller(&[]), false).unwrap()).unwrap();
@@ -171,27 +166,25 @@ fn the_compiled_planner_is_cached_on_disk() {
     eprintln!("loading the cached planner took {cached:?}");
 }
 
-/// An app whose planner has a small CPU budget and loads the hostile plugin, whose
+/// Parts whose planner has a small CPU budget and loads the hostile plugin, whose
 /// `slow` check takes its time in the host's plugin sandbox.
-fn with_slow_plugin(cpu: Duration, deadline: Duration) -> (Arc<App>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::for_tests(dir.path().join("fleet.db"));
-    config.budget.cpu = cpu;
-    config.request_timeout = deadline;
-    config.plugins = vec![env!("FLEET_HOSTILE_PLUGIN_WASM").into()];
-    config.plugin_budget.cpu = Duration::from_secs(60);
-    let app = App::new(config).unwrap();
-    crate::calls::auth::create_tenant(&app.db.get().unwrap(), "acme", "2026-11-30T00:00:00Z").unwrap();
-    (app, dir)
+fn with_slow_plugin(cpu: Duration, deadline: Duration) -> (Core, Database) {
+    let database = Database::new();
+    let core = database.core(|config| {
+        config.budget.cpu = cpu;
+        config.request_timeout = deadline;
+        config.plugins = vec![env!("FLEET_HOSTILE_PLUGIN_WASM").into()];
+        config.plugin_budget.cpu = Duration::from_secs(60);
+    });
+    (core, database)
 }
 
 /// Applies a document of one hazard whose check spins `rounds` million times, at plan
 /// time and again when the apply creates it.
-fn apply_slow(app: &Arc<App>, rounds: u64) -> (Result<String, ApiError>, Duration) {
-    let apply = app.registry.by_name("compute.fleet.apply").unwrap();
+fn apply_slow(core: &Core, rounds: u64) -> (Result<String, ApiError>, Duration) {
     let body = serde_json::json!({"document": {"hazards": {"h": {"mode": "slow", "size": rounds}}}}).to_string();
     let started = Instant::now();
-    let result = crate::calls::dispatch(app, caller(&["compute:*:*@*"]), app.db.get().unwrap(), apply, body.as_bytes());
+    let result = core.dispatcher.run_named(caller(&["compute:*:*@*"]), "compute.fleet.apply", body.as_bytes());
     (result, started.elapsed())
 }
 
@@ -203,8 +196,8 @@ fn apply_slow(app: &Arc<App>, rounds: u64) -> (Result<String, ApiError>, Duratio
 #[test]
 fn host_time_does_not_count_against_the_cpu_budget() {
     let budget = Duration::from_millis(100);
-    let (app, _dir) = with_slow_plugin(budget, Duration::from_secs(300));
-    let (result, took) = apply_slow(&app, 600);
+    let (core, _database) = with_slow_plugin(budget, Duration::from_secs(300));
+    let (result, took) = apply_slow(&core, 600);
     let applied: serde_json::Value = serde_json::from_str(&result.unwrap()).unwrap();
     assert_eq!(applied["applied"], 1);
     assert!(took > budget * 2, "the plugin's checks took {took:?}, not longer than the planner's budget");
@@ -219,14 +212,14 @@ fn host_time_does_not_count_against_the_cpu_budget() {
 /// rounds take over a second on today's machines).
 #[test]
 fn a_call_past_its_deadline_is_resource_exhausted() {
-    let (app, _dir) = with_slow_plugin(Duration::from_secs(5), Duration::from_millis(200));
-    let (result, _) = apply_slow(&app, 3000);
+    let (core, database) = with_slow_plugin(Duration::from_secs(5), Duration::from_millis(200));
+    let (result, _) = apply_slow(&core, 3000);
     let error = result.unwrap_err();
     assert_eq!(error.code, Code::ResourceExhausted, "{error}");
     assert!(error.message.contains("deadline"), "{error}");
-    let hazards = crate::modules::store::load_all(
-        &app.db.get().unwrap(),
-        app.modules.catalog.get(app.modules.catalog.by_kind("hazard").unwrap()),
+    let hazards = crate::store::load_all(
+        &database.conn(),
+        core.modules.catalog.get(core.modules.catalog.by_kind("hazard").unwrap()),
         "acme",
     )
     .unwrap();
@@ -237,13 +230,8 @@ fn a_call_past_its_deadline_is_resource_exhausted() {
 fn finished_stores_give_their_slots_back_off_the_calls_path() {
     let fixture = fixture(small());
     let export = || {
-        let session = Session {
-            caller: caller(&[]),
-            db: fixture.app.db.get().unwrap(),
-            source: Source::Database(fixture.app.state.clone()),
-            methods: None,
-        };
-        fixture.app.sandbox.call(session, Entry::Export, "{}").1
+        let session = Session::new(caller(&[]), fixture.database.conn(), fixture.core.planning.source());
+        fixture.core.planning.sandbox.call(session, Entry::Export, "{}").1
     };
     // More calls than the pool has slots, from several threads: every slot comes back.
     std::thread::scope(|scope| {
@@ -256,12 +244,13 @@ fn finished_stores_give_their_slots_back_off_the_calls_path() {
     });
     // A quiet sandbox resets what waits for a batch within its linger.
     export().unwrap();
-    let waiting = || fixture.app.sandbox.retirer.0.stores.lock().unwrap().len();
-    let deadline = Instant::now() + LINGER * 100;
+    let waiting = || fixture.core.planning.sandbox.retirer.waiting();
+    let linger = retire::LINGER;
+    let deadline = Instant::now() + linger * 100;
     while waiting() > 0 && Instant::now() < deadline {
-        std::thread::sleep(LINGER / 10);
+        std::thread::sleep(linger / 10);
     }
-    assert_eq!(waiting(), 0, "finished stores still wait after {:?}", LINGER * 100);
+    assert_eq!(waiting(), 0, "finished stores still wait after {:?}", linger * 100);
 }
 
 #[test]

@@ -1,5 +1,8 @@
-//! The event log: events stored with a sequence number, listed per tenant by
-//! `compute.events.list`, and followed live as Server-Sent Events.
+//! The event stream's transport (SPEC §6.5, §16): `GET /api/compute/events/stream`,
+//! the tenant's events as Server-Sent Events, authorized like `compute.events.list` and
+//! asked again before every delivery, so that a token revoked (by any process on the
+//! database), expired or stripped of its grant since the stream opened gets nothing
+//! more: its stream ends.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,71 +13,28 @@ use http_body_util::{BodyExt, Channel};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response};
-use serde_json::{Value, json};
+use tokio::sync::watch;
 
+use super::{Body, bearer};
 use crate::api::{ApiError, Problem};
-use crate::app::App;
-use crate::calls::auth;
-use crate::calls::input::{Input, MAX_COUNT, Page};
-use crate::calls::registry::{Ctx, Method, MethodKind, Registry};
-use crate::db::{self, Conn};
-use crate::http::{Body, bearer};
-use crate::metrics::Metrics;
-use crate::params;
+use crate::calls::Dispatcher;
+use crate::calls::input::{MAX_COUNT, Page};
+use crate::events::{self, Wake};
 
-pub const DRIFTED: &str = "fleet.drifted";
-pub const CONVERGED: &str = "fleet.converged";
-/// fleet.drift restored a revision that heals (SPEC §15).
-pub const HEALED: &str = "fleet.healed";
 pub const STREAM_PATH: &str = "/api/compute/events/stream";
+
+/// The method a stream is authorized as.
+const LIST: &str = "compute.events.list";
 
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
-pub fn register(registry: &mut Registry) {
-    registry.register(
-        Method::new("events", "list", MethodKind::Read, Arc::new(list))
-            .phase("v0.2")
-            .summary("Lists the tenant's events after a sequence number, oldest first.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false, "properties": Page::schema_properties()}),
-                json!({"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}}),
-            ),
-    );
-}
-
-/// Stores an event in the caller's transaction, which must be a writer's: writers run
-/// one at a time, so sequence numbers are given in the order their transactions commit
-/// and a reader resuming after `seq` never skips one committed late. Subscribers of this
-/// process are woken after commit by the caller; those of other replicas by `NOTIFY`.
-pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
-    metrics.published(kind);
-    let seq = db.query_one(
-        "INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4) RETURNING seq",
-        params![tenant, kind, &db::now(), &data.to_string()],
-        |row| row.get(0),
-    )?;
-    db::notify_events(db)?;
-    Ok(seq)
-}
-
-fn read(db: &Conn, tenant: &str, after: u64, limit: u64) -> Result<Vec<Value>, ApiError> {
-    Ok(db.query(
-        "SELECT seq, type, tenant, at, data FROM events WHERE tenant = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        params![tenant, after as i64, limit as i64],
-        |row| {
-            let seq: i64 = row.get(0)?;
-            let data: Value = serde_json::from_str(row.text(4)?).map_err(|error| db::decode(4, error))?;
-            Ok(json!({ "seq": seq, "type": row.text(1)?, "tenant": row.text(2)?, "at": row.text(3)?, "data": data }))
-        },
-    )?)
-}
-
-fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
-    let mut input = Input::new(body)?;
-    let page = input.page();
-    input.finish()?;
-    let events = read(ctx.db, &ctx.caller.tenant, page.after, page.limit)?;
-    Ok(json!({ "events": events }))
+/// What the streams need: who may read them, what wakes them, and when the server
+/// stops (they never end by themselves).
+#[derive(Clone)]
+pub struct Events {
+    pub dispatcher: Arc<Dispatcher>,
+    pub wake: Wake,
+    pub stopping: watch::Receiver<bool>,
 }
 
 /// Where a stream resumes: after `Last-Event-ID` if the client sent one (a reconnecting
@@ -116,43 +76,34 @@ fn resume_point<B>(request: &Request<B>) -> Result<u64, ApiError> {
     Ok(after)
 }
 
-/// The caller of a stream, authenticated and authorized like `compute.events.list`.
-/// Asked again before every delivery, so that a token revoked (by any process on the
-/// database), expired or stripped of its grant since the stream opened gets nothing
-/// more: its stream ends (SPEC §9).
-fn stream_caller(app: &App, authorization: &str) -> Result<auth::Caller, ApiError> {
-    let db = app.db.get()?;
-    let caller = auth::authenticate_with(&db, Some(authorization), Some(&app.tokens))?;
-    let method = app.registry.by_name("compute.events.list").ok_or_else(|| ApiError::not_found("no events"))?;
-    auth::authorize(&caller, method)?;
-    Ok(caller)
-}
-
 /// `GET /api/compute/events/stream[?after=N]`: the tenant's events as Server-Sent Events,
 /// authorized like `compute.events.list`, again before each delivery. Resumes after
 /// `Last-Event-ID` when given.
-pub async fn stream(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+pub async fn stream(events: Events, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let authorization: Arc<str> = bearer(&request)?.into();
     let caller = {
-        let (app, authorization) = (app.clone(), authorization.clone());
-        tokio::task::spawn_blocking(move || stream_caller(&app, &authorization)).await.map_err(ApiError::internal)??
+        let (dispatcher, authorization) = (events.dispatcher.clone(), authorization.clone());
+        tokio::task::spawn_blocking(move || dispatcher.authorized(&authorization, LIST))
+            .await
+            .map_err(ApiError::internal)??
     };
     let mut after = resume_point(&request)?;
     let (mut sender, body) = Channel::<Bytes, Infallible>::new(16);
-    let mut wake = app.events.subscribe();
-    let mut stopping = app.stopping.subscribe();
+    let mut wake = events.wake.subscribe();
+    let mut stopping = events.stopping.clone();
     tokio::spawn(async move {
         loop {
             let batch = {
-                let (app, authorization, tenant) = (app.clone(), authorization.clone(), caller.tenant.clone());
+                let (dispatcher, authorization, tenant) =
+                    (events.dispatcher.clone(), authorization.clone(), caller.tenant.clone());
                 tokio::task::spawn_blocking(move || {
                     // The token answers for this delivery too; the tenant stays the one
                     // the stream opened for.
-                    let now = stream_caller(&app, &authorization)?;
+                    let now = dispatcher.authorized(&authorization, LIST)?;
                     if now.tenant != tenant {
                         return Err(ApiError::new(crate::api::Code::Unauthenticated, "the token changed tenant"));
                     }
-                    read(&app.db.get()?, &tenant, after, Page::MAX_LIMIT)
+                    events::read(&dispatcher.db().get()?, &tenant, after, Page::MAX_LIMIT)
                 })
                 .await
             };

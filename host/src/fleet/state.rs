@@ -1,22 +1,24 @@
-//! The tenant's state as the planner reads it, from the module tables through the one
-//! storage layer: the state encoding the WIT `snapshot` import hands the guest, and the
-//! JSON form other planner hosts read (export and plan with
-//! `Accept: application/vnd.fleet.state+json`, and `compute.preview.snapshot`). A kind whose module
-//! this deployment does not run has no table; its bindings are still given.
+//! The tenant's state as the planner reads it, assembled by fleet from the module
+//! tables (through `store`), the name bindings and the policies in force: the state
+//! encoding the WIT `snapshot` import hands the guest (this is the planner's
+//! [`StateSource`]), and the JSON form other planner hosts read (`preview`). A kind whose
+//! module this deployment does not run has no table; its bindings are still given.
 
 use std::sync::Arc;
 
-use crate::db::Conn;
 use fleet_guest::Snapshot;
 use fleet_guest::state::StateWriter;
 
 use crate::api::ApiError;
 use crate::cache::{Cache, Scope, generation};
 use crate::calls::auth::Caller;
+use crate::db::Conn;
 use crate::fleet::bindings;
 use crate::metrics::Metrics;
-use crate::modules::{Modules, store};
+use crate::modules::Modules;
+use crate::planner::StateSource;
 use crate::policies::Deployment;
+use crate::store;
 
 /// The tenants' states for the planner, each kept encoded at the generation it was read
 /// at (docs/decisions/0010).
@@ -33,17 +35,6 @@ impl Reader {
         Reader { modules, policies, cache: Cache::new("state", capacity, metrics) }
     }
 
-    /// The state encoding of the tenant, as of the transaction `db` is in.
-    pub fn encode(&self, db: &Conn, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError> {
-        let generation = generation(db, tenant, Scope::State)?;
-        if let Some(state) = self.cache.get(tenant, generation) {
-            return Ok(state);
-        }
-        let state = encode(&self.modules, &self.policies, db, tenant)?;
-        let bytes = state.len();
-        Ok(self.cache.put(tenant, generation, state, bytes))
-    }
-
     /// Everything the planner reads of the caller's tenant, at once, as of the
     /// transaction `db` is in.
     pub fn snapshot(&self, db: &Conn, caller: &Caller) -> Result<Snapshot, ApiError> {
@@ -51,6 +42,19 @@ impl Reader {
         let mut snapshot = fleet_guest::state::decode(&self.modules.catalog, &state)?;
         snapshot.caller = caller.for_planner();
         Ok(snapshot)
+    }
+}
+
+impl StateSource for Reader {
+    /// The state encoding of the tenant, as of the transaction `db` is in.
+    fn encode(&self, db: &Conn, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError> {
+        let generation = generation(db, tenant, Scope::State)?;
+        if let Some(state) = self.cache.get(tenant, generation) {
+            return Ok(state);
+        }
+        let state = encode(&self.modules, &self.policies, db, tenant)?;
+        let bytes = state.len();
+        Ok(self.cache.put(tenant, generation, state, bytes))
     }
 }
 

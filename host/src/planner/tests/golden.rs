@@ -9,9 +9,9 @@ use std::time::Duration;
 use fleet_guest::Snapshot;
 use serde_json::Value;
 
-use super::*;
-use crate::app::{App, Config};
+use super::super::*;
 use crate::calls::auth::Grant;
+use crate::testing::{Database, planner_cache};
 
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
@@ -30,8 +30,8 @@ fn as_body(result: Result<String, ApiError>) -> (Value, Option<String>) {
 
 #[test]
 fn golden_plans_match_through_the_component() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
+    let database = Database::new();
+    let sandbox = planner(Budget::default());
     let cases = cases();
     assert!(cases.len() >= 20, "the golden cases are in guest/tests/plans");
     let mut failures = Vec::new();
@@ -51,8 +51,8 @@ fn golden_plans_match_through_the_component() {
             token: None,
         };
         let native = fleet_guest::plan(&snapshot, &request);
-        let session = Session { caller, db: app.db.get().unwrap(), source: Source::snapshot(&snapshot), methods: None };
-        let (_, through_component) = app.sandbox.call(session, Entry::Plan, &request);
+        let session = Session::new(caller, database.conn(), Source::snapshot(&snapshot));
+        let (_, through_component) = sandbox.call(session, Entry::Plan, &request);
         let (actual, text) = as_body(through_component);
         if actual != expected {
             failures.push(format!("{}: the component answered {actual}", case.display()));
@@ -70,23 +70,18 @@ fn golden_plans_match_through_the_component() {
 /// serde_json parses (128), and deeper, is bad input with a clear error, never a trap.
 #[test]
 fn deeply_nested_json_is_invalid_input_not_a_trap() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
+    let database = Database::new();
+    let sandbox = planner(Budget::default());
     for depth in [120, 127, 1_000, 100_000] {
         let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
         let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None };
-        let session = Session {
-            caller: caller.clone(),
-            db: app.db.get().unwrap(),
-            source: Source::snapshot(&Snapshot::empty(fleet_guest::Caller {
-                tenant: caller.tenant,
-                principal: caller.principal,
-                grants: None,
-            })),
-            methods: None,
-        };
-        let (_, result) = app.sandbox.call(session, Entry::Plan, &request);
+        let state = Source::snapshot(&Snapshot::empty(fleet_guest::Caller {
+            tenant: caller.tenant.clone(),
+            principal: caller.principal.clone(),
+            grants: None,
+        }));
+        let (_, result) = sandbox.call(Session::new(caller, database.conn(), state), Entry::Plan, &request);
         let error = result.unwrap_err();
         assert_eq!(error.code, Code::InvalidArgument, "depth {depth}: {error}");
     }
@@ -96,18 +91,15 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
 /// large for it ends the request with RESOURCE_EXHAUSTED, and the sandbox plans on.
 #[test]
 fn the_planner_runs_out_of_memory_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = App::new(Config::for_tests(dir.path().join("fleet.db"))).unwrap();
-    let budget = Budget { cpu: Duration::from_secs(30), memory_bytes: 4 << 20 };
-    let sandbox = Sandbox::new(PLANNER, budget, app.config.cache_dir.as_deref(), app.metrics.clone()).unwrap();
+    let database = Database::new();
+    let sandbox = planner(Budget { cpu: Duration::from_secs(30), memory_bytes: 4 << 20 });
     let plan = |document: Value| {
         let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None };
-        let session = Session {
-            caller: Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None },
-            db: app.db.get().unwrap(),
-            source: Source::snapshot(&Snapshot::empty(caller)),
-            methods: None,
-        };
+        let session = Session::new(
+            Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None },
+            database.conn(),
+            Source::snapshot(&Snapshot::empty(caller)),
+        );
         sandbox.call(session, Entry::Plan, &serde_json::json!({ "document": document }).to_string()).1
     };
     let error = plan(crate::demo::large_document(3_000)).unwrap_err();
@@ -115,6 +107,12 @@ fn the_planner_runs_out_of_memory_cleanly() {
     assert!(error.message.contains("memory"), "{error}");
     let small = plan(crate::demo::document()).unwrap();
     assert!(small.contains("planHash"), "{small}");
+}
+
+/// The planner in a sandbox of `budget`, compiled once for every test (the cache of
+/// `testing::planner_cache`).
+fn planner(budget: Budget) -> Sandbox {
+    Sandbox::new(PLANNER, budget, Some(&planner_cache()), crate::metrics::Metrics::new()).unwrap()
 }
 
 /// What a golden case's caller may do when its state says nothing: everything, as the

@@ -5,40 +5,53 @@
 //! each having used a third of it).
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::Thread;
 use std::time::Instant;
 
-/// A first-come, first-served gate of `capacity` places.
+/// A first-come, first-served gate of `capacity` places. A place that frees is handed
+/// straight to the call first in line, which alone is woken.
 pub struct Admission {
     capacity: usize,
     state: Mutex<State>,
-    turn: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     running: usize,
-    /// The tickets of the calls waiting, oldest first.
-    waiting: VecDeque<u64>,
-    next_ticket: u64,
+    /// The calls waiting, oldest first.
+    waiting: VecDeque<Arc<Waiter>>,
 }
 
-/// A place taken; given back when dropped.
+/// A call waiting for a place: its thread, and whether a place was handed to it.
+struct Waiter {
+    thread: Thread,
+    admitted: AtomicBool,
+}
+
+/// A place taken; handed on, or given back, when dropped.
 pub struct Admitted<'a>(&'a Admission);
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.running -= 1;
-        drop(state);
-        self.0.turn.notify_all();
+        match state.waiting.pop_front() {
+            // The place passes to the next in line: `running` stays as it is.
+            Some(next) => {
+                next.admitted.store(true, Ordering::Release);
+                drop(state);
+                next.thread.unpark();
+            }
+            None => state.running -= 1,
+        }
     }
 }
 
 impl Admission {
     /// A gate of `capacity` places (at least one).
     pub fn new(capacity: usize) -> Admission {
-        Admission { capacity: capacity.max(1), state: Mutex::default(), turn: Condvar::new() }
+        Admission { capacity: capacity.max(1), state: Mutex::default() }
     }
 
     /// The number of places.
@@ -49,38 +62,37 @@ impl Admission {
     /// Waits for a place, behind every call that came earlier, until `deadline`;
     /// `None` when the deadline came first.
     pub fn enter(&self, deadline: Instant) -> Option<Admitted<'_>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.waiting.is_empty() && state.running < self.capacity {
-            state.running += 1;
-            return Some(Admitted(self));
-        }
-        let ticket = state.next_ticket;
-        state.next_ticket += 1;
-        state.waiting.push_back(ticket);
-        loop {
-            if state.waiting.front() == Some(&ticket) && state.running < self.capacity {
-                state.waiting.pop_front();
+        let waiter = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.waiting.is_empty() && state.running < self.capacity {
                 state.running += 1;
-                drop(state);
-                // The next in line may have a place too.
-                self.turn.notify_all();
+                return Some(Admitted(self));
+            }
+            let waiter = Arc::new(Waiter { thread: std::thread::current(), admitted: AtomicBool::new(false) });
+            state.waiting.push_back(waiter.clone());
+            waiter
+        };
+        loop {
+            if waiter.admitted.load(Ordering::Acquire) {
                 return Some(Admitted(self));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                state.waiting.retain(|waiting| *waiting != ticket);
-                drop(state);
-                self.turn.notify_all();
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                // A place handed over as the deadline came is taken after all.
+                if waiter.admitted.load(Ordering::Acquire) {
+                    return Some(Admitted(self));
+                }
+                state.waiting.retain(|waiting| !Arc::ptr_eq(waiting, &waiter));
                 return None;
             }
-            state = self.turn.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+            std::thread::park_timeout(left);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;

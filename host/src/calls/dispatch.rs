@@ -1,0 +1,175 @@
+//! The one path from a request to a method's answer: authenticate the bearer token,
+//! find the method, authorize the caller from the registry, then run the method in the
+//! transaction its kind needs. HTTP, the event stream (before every delivery) and a
+//! heal's token check all go through [`Dispatcher`].
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::api::{ApiError, Code, Problem};
+use crate::calls::auth::{self, Caller, TokenCache};
+use crate::calls::context::{Ctx, Via};
+use crate::calls::registry::{Answer, Call, Method, MethodKind, Registry, Run};
+use crate::db::{self, Conn, Pool, Tx};
+
+/// What a client sends as `Accept` on a method that answers its state (export, plan)
+/// to get, instead, the state that method would plan from: the edge's read (SPEC §11),
+/// authorized as that method.
+pub const STATE_MEDIA_TYPE: &str = "application/vnd.fleet.state+json";
+
+/// Authenticates, finds and authorizes, and runs methods.
+pub struct Dispatcher {
+    db: Pool,
+    registry: Arc<Registry>,
+    tokens: TokenCache,
+    /// Reads only: every mutation answers `UNSUPPORTED`.
+    read_only: bool,
+    /// Wakes this process's event streams when a mutation commits.
+    wake: broadcast::Sender<()>,
+}
+
+/// A request's outcome, with what its log says of it.
+pub struct Handled {
+    /// The caller's tenant and principal, once authenticated.
+    pub identity: Option<(String, String)>,
+    pub answer: Answer,
+}
+
+impl Dispatcher {
+    pub fn new(
+        db: Pool,
+        registry: Arc<Registry>,
+        tokens: TokenCache,
+        read_only: bool,
+        wake: broadcast::Sender<()>,
+    ) -> Dispatcher {
+        Dispatcher { db, registry, tokens, read_only, wake }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn db(&self) -> &Pool {
+        &self.db
+    }
+
+    /// The caller of a bearer `Authorization` header, with the tokens authenticated
+    /// before kept in the token cache (docs/decisions/0010).
+    pub fn authenticate(&self, db: &Conn, authorization: Option<&str>) -> Result<Caller, ApiError> {
+        auth::authenticate_with(db, authorization, Some(&self.tokens))
+    }
+
+    /// The method named `name`, when `caller` may call it: the registry decides.
+    pub fn authorize(&self, caller: &Caller, name: &str) -> Result<&Method, ApiError> {
+        let method =
+            self.registry.by_name(name).ok_or_else(|| ApiError::not_found(format!("no method named {name}")))?;
+        method.authorize(caller)?;
+        Ok(method)
+    }
+
+    /// The caller of `authorization`, authenticated now and authorized for `name`: what
+    /// an event stream asks before every delivery.
+    pub fn authorized(&self, authorization: &str, name: &str) -> Result<Caller, ApiError> {
+        let caller = self.authenticate(&self.db.get()?, Some(authorization))?;
+        self.authorize(&caller, name)?;
+        Ok(caller)
+    }
+
+    /// The caller the token `token` makes now, authorized for `name`: for work done
+    /// later with the authority of the token that asked for it (a heal, SPEC §15).
+    /// `Ok(Err(why))` when the token no longer may.
+    pub fn caller_of_token(&self, tenant: &str, token: &str, name: &str) -> Result<Result<Caller, String>, ApiError> {
+        let caller = match auth::caller_of_token(&self.db.get()?, tenant, token)? {
+            Ok(caller) => caller,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        match self.authorize(&caller, name) {
+            Ok(_) => Ok(Ok(caller)),
+            Err(error) if error.code == Code::PermissionDenied => {
+                Ok(Err(format!("the token {token}: {}", error.message)))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A request to the method at `path`: authenticate, find, authorize, run. With
+    /// `wants_state`, a method that answers its state (`STATE_MEDIA_TYPE`) answers that.
+    pub fn handle(&self, authorization: Option<&str>, path: &str, body: &[u8], wants_state: bool) -> Handled {
+        let mut identity = None;
+        let answer = (|| {
+            let db = self.db.get()?;
+            let caller = self.authenticate(&db, authorization)?;
+            identity = Some((caller.tenant.clone(), caller.principal.clone()));
+            let method =
+                self.registry.by_path(path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
+            method.authorize(&caller)?;
+            let answer = match (&method.state, wants_state) {
+                (Some(state), true) => state(Call { caller, db, body: "{}", methods: &self.registry }),
+                _ => self.run(caller, db, method, body),
+            };
+            Ok::<_, ApiError>(answer)
+        })()
+        .unwrap_or_else(|error| Answer::from(Err(error)));
+        Handled { identity, answer }
+    }
+
+    /// Runs `method` as `caller` on a request body: module methods get the parsed body
+    /// in a transaction of their kind; composite methods get the connection and the body
+    /// as it came.
+    pub fn run(&self, caller: Caller, db: Conn, method: &Method, body: &[u8]) -> Answer {
+        if self.read_only && method.kind == MethodKind::Mutation {
+            let message = format!("{} is not available: this deployment is read-only", method.name);
+            return Answer::from(Err(ApiError::new(Code::Unsupported, message)));
+        }
+        match &method.run {
+            Run::InTransaction(handler) => {
+                let mode = match method.kind {
+                    MethodKind::Read => Tx::Read,
+                    MethodKind::Mutation => Tx::Write(&caller.tenant),
+                };
+                let output = parse_body_with(body, method.multiline).and_then(|input| {
+                    db::transaction(&db, mode, |db| handler(&Ctx { caller: &caller, db, via: Via::Api }, input))
+                });
+                if output.is_ok() && method.kind == MethodKind::Mutation {
+                    let _ = self.wake.send(());
+                }
+                Answer::from(output)
+            }
+            Run::Composite(composite) => match std::str::from_utf8(body) {
+                Ok(text) => {
+                    let body = if text.is_empty() { "{}" } else { text };
+                    composite(Call { caller, db, body, methods: &self.registry })
+                }
+                Err(_) => Answer::from(Err(not_utf8())),
+            },
+        }
+    }
+
+    /// Runs the method named `name` as `caller`, in this process (the demo's seed).
+    pub fn run_named(&self, caller: Caller, name: &str, body: &[u8]) -> Result<String, ApiError> {
+        let method = self.authorize(&caller, name)?;
+        self.run(caller, self.db.get()?, method, body).output
+    }
+}
+
+fn not_utf8() -> ApiError {
+    ApiError::invalid(vec![Problem { path: String::new(), message: "the body is not UTF-8".into() }])
+}
+
+/// An empty body (no bytes at all) means `{}`. Read strictly (SPEC §2): a duplicate key or a control
+/// character is `INVALID_ARGUMENT`.
+pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    parse_body_with(body, &[])
+}
+
+/// [`parse_body`], with top-level `multiline` fields that may hold line breaks and tabs.
+pub fn parse_body_with(body: &[u8], multiline: &[&str]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| not_utf8())?;
+    fleet_guest::json::parse_multiline(text, multiline).map_err(ApiError::invalid)
+}

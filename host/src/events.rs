@@ -1,0 +1,79 @@
+//! The event log: events stored with a sequence number in the transaction that makes
+//! them, listed per tenant by `compute.events.list`, and followed live as Server-Sent
+//! Events (`http::sse`), which [`Wake`] tells when events were committed.
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::api::ApiError;
+use crate::calls::context::Ctx;
+use crate::calls::input::{Input, Page};
+use crate::calls::registry::{Method, MethodKind, Registry, handler};
+use crate::db::params;
+use crate::db::{self, Conn};
+use crate::metrics::Metrics;
+
+pub const DRIFTED: &str = "fleet.drifted";
+pub const CONVERGED: &str = "fleet.converged";
+/// fleet.drift restored a revision that heals (SPEC §15).
+pub const HEALED: &str = "fleet.healed";
+/// Every event type fleet publishes (the proposals' and webhooks' join them as they
+/// come), for the metrics to count from zero.
+pub const TYPES: [&str; 3] = [DRIFTED, CONVERGED, HEALED];
+
+/// Wakes this process's event streams when events were committed (those of other
+/// replicas are woken by `NOTIFY`).
+pub type Wake = broadcast::Sender<()>;
+
+/// A new wake, with no stream yet.
+pub fn wake() -> Wake {
+    broadcast::channel(64).0
+}
+
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        Method::new("events", "list", MethodKind::Read, handler(list))
+            .phase("v0.2")
+            .summary("Lists the tenant's events after a sequence number, oldest first.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "properties": Page::schema_properties()}),
+                json!({"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}}),
+            ),
+    );
+}
+
+/// Stores an event in the caller's transaction, which must be a writer's: writers run
+/// one at a time, so sequence numbers are given in the order their transactions commit
+/// and a reader resuming after `seq` never skips one committed late. Subscribers of this
+/// process are woken after commit by the caller; those of other replicas by `NOTIFY`.
+pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+    metrics.published(kind);
+    let seq = db.query_one(
+        "INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4) RETURNING seq",
+        params![tenant, kind, &db::now(), &data.to_string()],
+        |row| row.get(0),
+    )?;
+    db::notify_events(db)?;
+    Ok(seq)
+}
+
+/// The tenant's events after `after`, oldest first, at most `limit`.
+pub fn read(db: &Conn, tenant: &str, after: u64, limit: u64) -> Result<Vec<Value>, ApiError> {
+    Ok(db.query(
+        "SELECT seq, type, tenant, at, data FROM events WHERE tenant = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        params![tenant, after as i64, limit as i64],
+        |row| {
+            let seq: i64 = row.get(0)?;
+            let data: Value = serde_json::from_str(row.text(4)?).map_err(|error| db::decode(4, error))?;
+            Ok(json!({ "seq": seq, "type": row.text(1)?, "tenant": row.text(2)?, "at": row.text(3)?, "data": data }))
+        },
+    )?)
+}
+
+fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+    let mut input = Input::new(body)?;
+    let page = input.page();
+    input.finish()?;
+    let events = read(ctx.db, &ctx.caller.tenant, page.after, page.limit)?;
+    Ok(json!({ "events": events }))
+}

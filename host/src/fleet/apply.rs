@@ -1,0 +1,299 @@
+//! Apply (SPEC §6.3) and the heal that fleet.drift makes (SPEC §15): in one write
+//! transaction the planner plans again and runs every call through the module handlers,
+//! then what the apply leaves is recorded with it: the overlay's writes and the audit
+//! records, the name bindings, the revision and the applied document, the drift it
+//! ends, and the next check's time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet_guest::grammar::is_name;
+use serde_json::{Value, json};
+
+use super::{Planning, bindings, drift, history};
+use crate::api::{ApiError, Code};
+use crate::calls::Dispatcher;
+use crate::calls::auth::Caller;
+use crate::calls::context::{Ctx, Via};
+use crate::calls::registry::{Answer, Call, Registry};
+use crate::db::params;
+use crate::db::{self, Conn};
+use crate::events;
+use crate::planner::{Entry, Session};
+use crate::store::trail;
+
+/// SPEC §6.3: in one write transaction, a fresh planner plans, checks the planHash (if
+/// given) and the blocked changes, and runs every call through `methods.invoke`, which
+/// authorizes each as the caller and runs it through the module handlers; then the
+/// bindings and the applied document are recorded, and it commits. Any error rolls all
+/// of it back. Unpinned, the plan applied is the one made inside the transaction, so
+/// identical concurrent applies converge (the later ones with no calls).
+pub(super) fn apply(planning: &Planning, call: Call) -> Answer {
+    let (sandbox, applied) = applied(planning, call.methods, call.caller, call.db, call.body, None);
+    let output = applied.map(|applied| applied.map(|(output, _)| output).unwrap_or_default());
+    Answer { output, sandbox }
+}
+
+/// A heal fleet.drift makes (SPEC §15): the revision it restores, if it is still the
+/// applied one with the same heal token when the heal's transaction begins.
+pub struct Heal<'a> {
+    pub revision: i64,
+    pub token: &'a str,
+}
+
+/// An apply, or a heal: the heal is audited `fleet.heal`, records no revision, and ends
+/// the drift with `fleet.healed`. Answers the guest's CPU time, and the output and the
+/// calls made; a heal that an apply overtook makes nothing and answers none.
+fn applied(
+    planning: &Planning,
+    methods: &Arc<Registry>,
+    caller: Caller,
+    db: Conn,
+    body: &str,
+    heal: Option<&Heal>,
+) -> (Duration, Result<Option<(String, u64)>, ApiError>) {
+    if let Err(error) = db::begin(&db, db::Tx::Write(&caller.tenant)) {
+        return (Duration::ZERO, Err(error));
+    }
+    if let Some(heal) = heal {
+        let current = db.query_opt(
+            "SELECT revision, heal_token FROM fleet_applied WHERE tenant = ?1",
+            params![&caller.tenant],
+            |row| Ok((row.get::<i64>(0)?, row.get::<Option<String>>(1)?)),
+        );
+        // An apply since the check found the drift: the heal is no longer wanted.
+        match current {
+            Ok(current) if current == Some((heal.revision, Some(heal.token.to_owned()))) => {}
+            Ok(_) => return (Duration::ZERO, db::finish(&db, Ok(None))),
+            Err(error) => return (Duration::ZERO, db::finish(&db, Err(error.into()))),
+        }
+    }
+    let session = Session::new(caller, db, planning.source()).applying(methods.clone());
+    let (session, result) = planning.sandbox.call(session, Entry::Apply, body);
+    let recorded = result.and_then(|output| {
+        let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
+        if let Some(apply) = &session.methods {
+            let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
+            let overrides = applied.overrides.iter().map(|item| (&*item.policy, &*item.reason));
+            crate::policies::record_overrides(&ctx, overrides)?;
+            apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
+            let via = if heal.is_some() { "fleet.heal" } else { "fleet.apply" };
+            trail::write_pending(&session.db, &apply.deferred.audits, via, &applied.plan.plan_hash)?;
+        }
+        match heal {
+            None => record(planning, &session.db, &session.caller, body, &applied)?,
+            Some(heal) => record_heal(planning, &session.db, &session.caller, &applied, heal)?,
+        }
+        drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), planning.drift_interval)?;
+        let calls = applied.applied;
+        Ok((output, calls))
+    });
+    let finished = db::finish(&session.db, recorded).map(|(output, calls)| {
+        planning.metrics.apply_calls.inc_by(calls);
+        let _ = planning.wake.send(());
+        Some((output, calls))
+    });
+    (session.sandbox, finished)
+}
+
+/// Why a heal was refused, or the calls it made; an error is an outage or a bug, for
+/// the check to report, not a refusal. The token that asked for the heal is checked as
+/// any request's is, by the dispatcher, for `compute.fleet.apply`.
+pub fn heal(
+    planning: &Planning,
+    dispatcher: &Dispatcher,
+    tenant: &str,
+    heal: &Heal,
+    request: &str,
+) -> Result<Result<u64, String>, ApiError> {
+    let caller = match dispatcher.caller_of_token(tenant, heal.token, "compute.fleet.apply")? {
+        Ok(caller) => caller,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let (_, applied) = applied(planning, dispatcher.registry(), caller, dispatcher.db().get()?, request, Some(heal));
+    match applied {
+        Ok(Some((_, calls))) => Ok(Ok(calls)),
+        // The check that found the drift no longer records anything either.
+        Ok(None) => Ok(Err("an apply came after the check that found the drift".to_owned())),
+        Err(error) if matches!(error.code, Code::Unavailable | Code::Internal | Code::ResourceExhausted) => Err(error),
+        Err(error) => Ok(Err(refusal(&error))),
+    }
+}
+
+/// Why an apply was refused, in one line: the error, and what it lists (the blocked
+/// changes' reasons, the policies' denials).
+fn refusal(error: &ApiError) -> String {
+    let mut why = format!("{}: {}", error.code.as_str(), error.message);
+    let details = error.details.as_ref();
+    let listed = |list: &str| details.and_then(|details| details[list].as_array()).cloned().unwrap_or_default();
+    for blocked in listed("blocked") {
+        why.push_str(&format!(
+            "; {} {}: {}",
+            blocked["kind"].as_str().unwrap_or_default(),
+            blocked["key"].as_str().unwrap_or_default(),
+            blocked["reason"].as_str().unwrap_or_default()
+        ));
+    }
+    for verdict in listed("verdicts") {
+        why.push_str(&format!(
+            "; policy {}: {}",
+            verdict["policy"].as_str().unwrap_or_default(),
+            verdict["message"].as_str().unwrap_or_default()
+        ));
+    }
+    why
+}
+
+/// What `record` reads of an apply's output (the planner's JSON, which goes to the
+/// client unchanged): read in place, the rest skipped, as it is megabytes for a large
+/// estate.
+#[derive(serde::Deserialize)]
+struct Applied<'a> {
+    #[serde(borrow)]
+    plan: AppliedPlan<'a>,
+    applied: u64,
+    /// The overrides that let the plan's denials through (SPEC §14).
+    #[serde(borrow, default)]
+    overrides: Vec<AppliedOverride<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedOverride<'a> {
+    #[serde(borrow)]
+    policy: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    reason: std::borrow::Cow<'a, str>,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedPlan<'a> {
+    #[serde(rename = "planHash", borrow)]
+    plan_hash: std::borrow::Cow<'a, str>,
+    summary: Value,
+    #[serde(borrow)]
+    changes: Vec<AppliedChange<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedChange<'a> {
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    key: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    action: std::borrow::Cow<'a, str>,
+    /// A rename's old name.
+    #[serde(borrow, default)]
+    from: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// What `record` reads of the apply request: the document as its text, stored as sent.
+#[derive(serde::Deserialize)]
+struct ApplyRequest<'a> {
+    #[serde(borrow)]
+    document: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    prune: bool,
+    #[serde(default)]
+    heal: bool,
+}
+
+/// Inside apply's transaction: the names of created objects, the applied document,
+/// and the drift state (an apply counts as a check that converged; its caller puts the
+/// next check one interval later).
+fn record(planning: &Planning, db: &Conn, caller: &Caller, body: &str, applied: &Applied) -> Result<(), ApiError> {
+    // The planner accepted the request, so it is a JSON object with a document.
+    let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
+    let plan = &applied.plan;
+    name_objects(planning, db, &caller.tenant, plan)?;
+    let heal_token = match (request.heal, &caller.token) {
+        (false, _) => None,
+        (true, Some(token)) => Some(token.as_str()),
+        (true, None) => {
+            return Err(ApiError::new(Code::InvalidArgument, "only a caller with a token can ask for heal"));
+        }
+    };
+    let (document, prune) = (request.document.get(), request.prune);
+    let overrides: Vec<Value> =
+        applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
+    let (applied_at, calls) = (db::now(), applied.applied);
+    let kept = history::Kept {
+        document,
+        prune,
+        plan_hash: &plan.plan_hash,
+        applied_by: &caller.principal,
+        applied_at: &applied_at,
+        calls,
+        overrides: &Value::Array(overrides).to_string(),
+    };
+    let revision = history::keep(db, &caller.tenant, &kept)?;
+    db.execute(
+        "INSERT INTO fleet_applied
+           (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8, ?9)
+         ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
+           plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
+           applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at,
+           revision = excluded.revision, heal_token = excluded.heal_token",
+        params![
+            &caller.tenant,
+            document,
+            prune,
+            &*plan.plan_hash,
+            &caller.principal,
+            &applied_at,
+            i64::try_from(calls).unwrap_or(i64::MAX),
+            revision,
+            heal_token,
+        ],
+    )?;
+    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
+    if was_drifted {
+        events::publish(
+            &planning.metrics,
+            db,
+            &caller.tenant,
+            events::CONVERGED,
+            &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
+        )?;
+    }
+    Ok(())
+}
+
+/// The names an apply gives: bindings of the objects it created under names, and the
+/// renames it made (SPEC §15).
+fn name_objects(planning: &Planning, db: &Conn, tenant: &str, plan: &AppliedPlan) -> Result<(), ApiError> {
+    let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
+    let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
+    bindings::bind(db, tenant, named)?;
+    let catalog = &planning.modules.catalog;
+    for change in plan.changes.iter().filter(|change| change.action == "rename") {
+        let (Some(from), Some(id)) = (&change.from, &change.id) else { continue };
+        let kind = catalog
+            .by_kind(&change.kind)
+            .map(|kind| catalog.get(kind))
+            .ok_or_else(|| ApiError::internal(format_args!("the plan renames a {} of no kind served", change.kind)))?;
+        bindings::rename(db, tenant, kind, from, &change.key, id)?;
+    }
+    Ok(())
+}
+
+/// Inside a heal's transaction: the names of what it created, the check it counts as,
+/// the drift it ends, and `fleet.healed`.
+fn record_heal(
+    planning: &Planning,
+    db: &Conn,
+    caller: &Caller,
+    applied: &Applied,
+    heal: &Heal,
+) -> Result<(), ApiError> {
+    let plan = &applied.plan;
+    name_objects(planning, db, &caller.tenant, plan)?;
+    db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&caller.tenant, &db::now()])?;
+    db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
+    let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
+    events::publish(&planning.metrics, db, &caller.tenant, events::HEALED, &data)?;
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The schemas of fleet's methods: the FleetConfig document of SPEC §5 from the kinds'
+//! descriptors, the plan and apply requests, and a plan.
+
+use fleet_guest::Catalog;
+use fleet_guest::grammar;
+use fleet_guest::kinds::FieldType;
+use serde_json::{Map, Value, json};
+
+use crate::calls::schema::field_schema;
+
+/// The FleetConfig document of SPEC §5, from the kinds' descriptors: references are
+/// keys of the same document or ids; nothing read-only appears.
+pub(super) fn fleet_config_schema(catalog: &Catalog) -> Value {
+    let mut sections = Map::new();
+    for (_, kind) in catalog.iter() {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for field in kind.fields {
+            let schema = match field.ty {
+                FieldType::Ref(target) => {
+                    let prefix = catalog.by_kind(target).and_then(|position| catalog.get(position).id_prefix());
+                    json!({"type": "string", "pattern": grammar::key_pattern(prefix),
+                           "description": format!("the key of a {target} in this document, or its id")})
+                }
+                _ => field_schema(field.ty, field.required, catalog),
+            };
+            properties.insert(field.name.into(), schema);
+            if field.required {
+                required.push(field.name);
+            }
+        }
+        let object =
+            json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties});
+        sections.insert(
+            kind.section.into(),
+            json!({"type": "object", "propertyNames": {"pattern": grammar::key_pattern(kind.id_prefix())},
+                   "additionalProperties": object}),
+        );
+    }
+    // Renames (SPEC §15), of the kinds named by bindings.
+    let named: Vec<&str> = catalog.iter().filter(|(_, kind)| !kind.upserted()).map(|(_, kind)| kind.kind).collect();
+    let name = json!({"type": "string", "pattern": grammar::NAME_PATTERN});
+    sections.insert(
+        fleet_guest::MOVED.into(),
+        json!({"type": "array", "items": {"type": "object", "additionalProperties": false,
+            "required": ["kind", "from", "to"],
+            "properties": {"kind": {"type": "string", "enum": named}, "from": name, "to": name}}}),
+    );
+    json!({"type": "object", "additionalProperties": false, "properties": sections})
+}
+
+pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
+    let mut schema = json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
+        "document": fleet_config_schema(catalog), "prune": {"type": "boolean", "default": false}}});
+    if apply {
+        schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
+        schema["properties"]["heal"] = json!({"type": "boolean", "default": false,
+            "description": "Restore this revision whenever fleet.drift finds drift, with this token's authority."});
+        schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
+            "additionalProperties": false, "required": ["policy", "reason"], "properties": {
+                "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
+                "reason": {"type": "string", "minLength": 1, "maxLength": 1000,
+                           "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"}}}});
+    }
+    schema
+}
+
+pub(super) fn plan_schema() -> Value {
+    let counts: Map<String, Value> =
+        ["create", "update", "delete", "archive", "restore", "unchanged", "blocked", "rename", "denied", "warnings"]
+            .into_iter()
+            .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
+            .collect();
+    json!({"type": "object", "properties": {
+        "changes": {"type": "array", "items": {"type": "object", "properties": {
+            "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore", "rename"]},
+            "kind": {"type": "string"}, "key": {"type": "string"}, "from": {"type": "string"}, "id": {"type": "string"},
+            "fields": {"type": "array", "items": {"type": "object", "properties": {
+                "field": {"type": "string"}, "from": {}, "to": {}}}},
+            "text": {"type": "string"}}}},
+        "calls": {"type": "array", "items": {"type": "object", "properties": {
+            "method": {"type": "string"}, "input": {"type": "object"}, "idempotencyKey": {"type": "string"}}}},
+        "summary": {"type": "object", "properties": counts},
+        "blocked": {"type": "array", "items": {"type": "object", "properties": {
+            "kind": {"type": "string"}, "key": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}},
+        "leftAlone": {"type": "array", "items": {"type": "object", "required": ["kind", "key", "action"], "properties": {
+            "kind": {"type": "string"}, "key": {"type": "string"}, "id": {"type": "string"},
+            "action": {"type": "string", "enum": ["delete", "archive"]}}}},
+        "policy": {"type": "object", "required": ["digest", "verdicts"], "properties": {
+            "digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+            "verdicts": {"type": "array", "items": {"type": "object", "required": ["policy", "level", "rule", "message"],
+                "properties": {"policy": {"type": "string"}, "level": {"type": "string", "enum": ["advisory", "mandatory", "enforced"]},
+                    "rule": {"type": "string", "enum": ["deny", "warn"]}, "kind": {"type": "string"},
+                    "key": {"type": "string"}, "message": {"type": "string"}}}}}},
+        "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
+}
