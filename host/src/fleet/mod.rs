@@ -19,12 +19,9 @@ mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::api::ApiError;
 use crate::calls::auth::Caller;
 use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry};
-use crate::calls::schema::text_schema;
 use crate::db::{self, Conn, Pool};
 use crate::events::Wake;
 use crate::metrics::Metrics;
@@ -32,7 +29,9 @@ use crate::modules::Modules;
 use crate::planner::{Entry, Sandbox, Session, Source};
 use crate::plugins::Plugins;
 use drift::Checks;
-use schema::{fleet_config_schema, plan_schema, request_schema};
+use schema::{
+    apply_schemas, check_schemas, export_schemas, plan_schema, request_schema, snapshot_schemas, status_schemas,
+};
 
 pub use apply::{Heal, heal};
 
@@ -79,6 +78,11 @@ impl Planning {
 
 pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Checks) {
     let catalog = &planning.modules.catalog;
+    let (export_input, export_output) = export_schemas(catalog);
+    let (apply_input, apply_output) = apply_schemas(catalog);
+    let (status_input, status_output) = status_schemas();
+    let (snapshot_input, snapshot_output) = snapshot_schemas();
+    let (check_input, check_output) = check_schemas();
     let run = |entry: Entry| {
         let planning = planning.clone();
         let composite: Composite = Arc::new(move |call: Call| planning.run(call.caller, call.db, entry, call.body));
@@ -93,12 +97,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
         Method::planner("fleet", "export", MethodKind::Read, run(Entry::Export))
             .answers_state(state.clone())
             .summary("Returns the tenant's estate as a FleetConfig document, with `missing` listing the sections of modules this deployment does not run.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false}),
-                json!({"type": "object", "properties": {
-                    "document": fleet_config_schema(catalog),
-                    "missing": {"type": "array", "items": {"type": "string"}}}}),
-            ),
+            .schemas(export_input, export_output),
     );
     registry.register(
         Method::planner("fleet", "plan", MethodKind::Read, run(Entry::Plan))
@@ -112,10 +111,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
             Arc::new(move |call: Call| apply::apply(&planning, call))
         })
             .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied.")
-            .schemas(
-                request_schema(catalog, true),
-                json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
-            ),
+            .schemas(apply_input, apply_output),
     );
     history::register(registry);
     registry.register(
@@ -124,19 +120,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
             Arc::new(move |call: Call| status::status(&planning, &checks, call).into())
         })
             .summary("The last applied document's hash, applier and time, when it was last checked, and the drift found then; `refresh` checks now.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false, "properties": {
-                    "refresh": {"type": "boolean", "default": false}}}),
-                json!({"type": "object", "properties": {
-                    "checkedAt": {"type": "string", "format": "date-time"},
-                    "applied": {"type": "object", "properties": {
-                        "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
-                        "appliedAt": {"type": "string", "format": "date-time"},
-                        "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"}}},
-                    "drift": {"type": "object", "properties": {
-                        "checkedAt": {"type": "string", "format": "date-time"}, "planHash": {"type": "string"},
-                        "summary": {"type": "object"}, "changes": {"type": "array", "items": {"type": "object"}}}}}}),
-            ),
+            .schemas(status_input, status_output),
     );
     // Not a fleet method (the fleet group is export, plan, apply and status): the read
     // that hosts of the planner component other than this one, such as the browser
@@ -147,14 +131,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
             Arc::new(move |call: Call| preview::snapshot(&planning, call).into())
         })
             .summary("Everything the planner reads of the caller's tenant, in the planner's own format: for hosts that run the planner themselves, such as the console in the browser.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false}),
-                json!({"type": "object", "required": ["caller", "modules", "bindings", "plugins"], "properties": {
-                    "caller": {"type": "object"}, "modules": {"type": "array", "items": {"type": "string"}},
-                    "bindings": {"type": "array", "items": {"type": "object"}},
-                    "plugins": {"type": "array", "items": {"type": "object", "required": ["descriptor", "digest"],
-                        "properties": {"descriptor": {"type": "object"}, "digest": {"type": "string"}}}}}}),
-            ),
+            .schemas(snapshot_input, snapshot_output),
     );
     // For hosts of the planner without plugin components (the edge, SPEC §11): a plugin
     // kind's check, run here in the plugin's own sandbox, as a plan here would run it.
@@ -165,18 +142,6 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
         })
             .phase("v0.3")
             .summary("Runs a plugin kind's check on objects, as a plan would: for hosts of the planner that run no plugins, such as the edge.")
-            .schemas(
-                json!({"type": "object", "additionalProperties": false, "required": ["kind", "subjects"], "properties": {
-                    "kind": text_schema(),
-                    "subjects": {"type": "array", "items": {"type": "object", "additionalProperties": false,
-                        "required": ["object"], "properties": {
-                            "object": {"type": "object"}, "previous": {"type": ["object", "null"]},
-                            "references": {"type": "array", "items": {"type": "object", "additionalProperties": false,
-                                "required": ["field", "object"],
-                                "properties": {"field": text_schema(), "object": {"type": "object"}}}}}}}}}),
-                json!({"type": "object", "required": ["problems"], "properties": {
-                    "problems": {"type": "array", "items": {"type": "object", "properties": {
-                        "subject": {"type": "integer"}, "path": {"type": "string"}, "message": {"type": "string"}}}}}}),
-            ),
+            .schemas(check_input, check_output),
     );
 }

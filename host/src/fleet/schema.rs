@@ -6,7 +6,7 @@ use fleet_guest::grammar;
 use fleet_guest::kinds::FieldType;
 use serde_json::{Map, Value, json};
 
-use crate::calls::schema::field_schema;
+use crate::calls::schema::{field_schema, text_schema};
 
 /// The FleetConfig document of SPEC §5, from the kinds' descriptors: references are
 /// keys of the same document or ids; nothing read-only appears.
@@ -93,4 +93,68 @@ pub(super) fn plan_schema() -> Value {
                     "rule": {"type": "string", "enum": ["deny", "warn"]}, "kind": {"type": "string"},
                     "key": {"type": "string"}, "message": {"type": "string"}}}}}},
         "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
+}
+
+/// The request and answer schemas of export.
+pub(super) fn export_schemas(catalog: &Catalog) -> (Value, Value) {
+    (
+        json!({"type": "object", "additionalProperties": false}),
+        json!({"type": "object", "properties": {
+        "document": fleet_config_schema(catalog),
+        "missing": {"type": "array", "items": {"type": "string"}}}}),
+    )
+}
+
+/// The request and answer schemas of apply.
+pub(super) fn apply_schemas(catalog: &Catalog) -> (Value, Value) {
+    (
+        request_schema(catalog, true),
+        json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
+    )
+}
+
+/// The request and answer schemas of status.
+pub(super) fn status_schemas() -> (Value, Value) {
+    (
+        json!({"type": "object", "additionalProperties": false, "properties": {
+        "refresh": {"type": "boolean", "default": false}}}),
+        json!({"type": "object", "properties": {
+        "checkedAt": {"type": "string", "format": "date-time"},
+        "applied": {"type": "object", "properties": {
+            "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
+            "appliedAt": {"type": "string", "format": "date-time"},
+            "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"}}},
+        "drift": {"type": "object", "properties": {
+            "checkedAt": {"type": "string", "format": "date-time"}, "planHash": {"type": "string"},
+            "summary": {"type": "object"}, "changes": {"type": "array", "items": {"type": "object"}}}}}}),
+    )
+}
+
+/// The request and answer schemas of snapshot.
+pub(super) fn snapshot_schemas() -> (Value, Value) {
+    (
+        json!({"type": "object", "additionalProperties": false}),
+        json!({"type": "object", "required": ["caller", "modules", "bindings", "plugins"], "properties": {
+        "caller": {"type": "object"}, "modules": {"type": "array", "items": {"type": "string"}},
+        "bindings": {"type": "array", "items": {"type": "object"}},
+        "plugins": {"type": "array", "items": {"type": "object", "required": ["descriptor", "digest"],
+            "properties": {"descriptor": {"type": "object"}, "digest": {"type": "string"}}}}}}),
+    )
+}
+
+/// The request and answer schemas of check.
+pub(super) fn check_schemas() -> (Value, Value) {
+    (
+        json!({"type": "object", "additionalProperties": false, "required": ["kind", "subjects"], "properties": {
+        "kind": text_schema(),
+        "subjects": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+            "required": ["object"], "properties": {
+                "object": {"type": "object"}, "previous": {"type": ["object", "null"]},
+                "references": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+                    "required": ["field", "object"],
+                    "properties": {"field": text_schema(), "object": {"type": "object"}}}}}}}}}),
+        json!({"type": "object", "required": ["problems"], "properties": {
+        "problems": {"type": "array", "items": {"type": "object", "properties": {
+            "subject": {"type": "integer"}, "path": {"type": "string"}, "message": {"type": "string"}}}}}}),
+    )
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 use anstream::{eprintln, print, println};
 use serde_json::{Map, Value, json};
 
-use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, plural, print_json, printable, shown};
+use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, print_json, printable};
+use crate::render::{change_lines, plural, shown};
 
 pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
     let answer = client.call("fleet/history", &json!({ "limit": limit }))?;
@@ -186,7 +187,7 @@ fn render(from: u64, to: u64, changes: &[Value], prune: Option<(bool, bool)>) ->
     if let Some((was, is)) = prune {
         out.push_str(&format!("Prune: {} -> {}\n", on_off(was), on_off(is)));
     }
-    client::change_lines(&mut out, changes);
+    change_lines(&mut out, changes);
     let count = |action: &str| changes.iter().filter(|change| change["action"] == action).count();
     out.push_str(&format!(
         "\nFrom revision {from} to {to}: {} created, {} updated, {} no longer in the document.\n",

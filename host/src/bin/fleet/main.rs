@@ -1,7 +1,7 @@
 //! The `fleet` binary: flag parsing only; everything else lives in the library.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -9,11 +9,14 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 mod client;
+mod commands;
 mod history;
+mod local;
+mod render;
 
-use client::{ApplySource, CliError, Client, Confirm};
-use fleet::calls::auth;
-use fleet::{App, Config, db, demo};
+use client::{CliError, Client};
+use commands::{ApplySource, Confirm};
+use fleet::Config;
 use fleet_guest::Catalog;
 use std::process::ExitCode;
 
@@ -61,7 +64,7 @@ enum Command {
         output: Option<PathBuf>,
         /// The document's format [default: yaml for a .yaml/.yml --output, else json].
         #[arg(long, value_enum)]
-        format: Option<client::Format>,
+        format: Option<commands::Format>,
     },
     /// Shows what applying a document would change. Exit code: 0 no changes, 2 changes, 3 blocked or denied, 1 error.
     Plan {
@@ -408,22 +411,22 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Export { server, output, format } => {
-            client(&server).and_then(|client| client::export(&client, output.as_deref(), format))
+            client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
         }
         Command::Plan { server, file, prune, out, json } => {
-            client(&server).and_then(|client| client::plan(&client, &file, prune, out.as_deref(), json))
+            client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
         }
         Command::Apply { server, file, prune, plan_hash, plan, yes, overrides, heal, json } => client(&server)
             .and_then(|client| {
-                let overrides = client::overrides(&overrides)?;
-                let extra = client::Extra { overrides, heal };
+                let overrides = commands::overrides(&overrides)?;
+                let extra = commands::Extra { overrides, heal };
                 let source = match (plan, file) {
                     (Some(saved), _) => ApplySource::SavedPlan(saved),
                     (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
                     (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
                 };
                 let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                client::apply(&client, &source, &extra, json, confirm)
+                commands::apply(&client, &source, &extra, json, confirm)
             }),
         Command::History { server, limit, json } => {
             client(&server).and_then(|client| history::history(&client, limit, json))
@@ -432,19 +435,19 @@ fn main() -> ExitCode {
             client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
         }
         Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
-            let extra = client::Extra { overrides: client::overrides(&overrides)?, heal: false };
+            let extra = commands::Extra { overrides: commands::overrides(&overrides)?, heal: false };
             let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-            client::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
+            commands::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
         }),
         Command::Diff { server, from, to, json } => {
             client(&server).and_then(|client| history::diff(&client, from, to, json))
         }
         Command::Status { server, refresh, json } => {
-            client(&server).and_then(|client| client::status(&client, json, refresh))
+            client(&server).and_then(|client| commands::status(&client, json, refresh))
         }
-        Command::Policy(PolicyCommand::Eval { files, plan, json }) => client::policy_eval(&files, &plan, json),
+        Command::Policy(PolicyCommand::Eval { files, plan, json }) => commands::policy_eval(&files, &plan, json),
         command => {
-            return match local(cli.db, command) {
+            return match run_local(cli.db, command) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("error: {error:#}");
@@ -456,98 +459,82 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            client::report(&error, file.as_deref());
+            render::report(&error, file.as_deref());
             ExitCode::from(client::EXIT_ERROR)
         }
     }
 }
 
-fn client(args: &ServerArgs) -> Result<Client, CliError> {
-    Client::new(&args.server, args.token.clone())
-}
-
-/// The commands that run here rather than against a server.
-fn local(db_path: PathBuf, command: Command) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet=info,warn".into());
-    // Colour only on a terminal, and never with NO_COLOR: a log written to a file is text.
-    let colour = anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
-    match &command {
-        Command::Serve(Serve { log_format: LogFormat::Json, .. }) => logs.json().flatten_event(true).init(),
-        _ => logs.init(),
-    }
+/// The commands that run here rather than against a server, with the log they write.
+fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
+    local::logs(matches!(&command, Command::Serve(Serve { log_format: LogFormat::Json, .. })));
     match command {
-        Command::Serve(serve) => run_server(db_path, serve),
-        Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => {
-            let pool = db::open(&db_path)?;
-            auth::create_tenant(&pool.get()?, &tenant, &db::now())?;
-            println!("created tenant {tenant}");
-            Ok(())
+        Command::Serve(serve) => {
+            let (listen, demo) = (serve.listen.clone(), serve.demo);
+            local::serve(serve.config(db_path)?, listen, demo)
         }
+        Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => local::create_tenant(&db_path, &tenant),
         Command::Admin(Admin::Token(TokenCommand::Create { tenant, principal, grants, expires })) => {
-            let pool = db::open(&db_path)?;
-            let now = std::time::SystemTime::now();
-            let expires_at = expires.map(|valid| humantime::format_rfc3339_seconds(now + valid).to_string());
-            let token =
-                auth::create_token(&pool.get()?, &tenant, &principal, &grants, &db::now(), expires_at.as_deref())?;
-            let until = expires_at.map(|at| format!(", valid until {at}")).unwrap_or_default();
-            println!("created a token for {principal} in tenant {tenant}{until}; it is shown only once:");
-            println!("{token}");
-            Ok(())
+            local::create_token(&db_path, &tenant, &principal, &grants, expires)
         }
         Command::Admin(Admin::Token(TokenCommand::List { tenant, json })) => {
-            let pool = db::open(&db_path)?;
-            let tokens = auth::list_tokens(&pool.get()?, &tenant)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&tokens)?);
-                return Ok(());
-            }
-            println!("{:<21} {:<16} {:<21} {:<29} GRANTS", "ID", "PRINCIPAL", "CREATED", "EXPIRES");
-            for token in tokens {
-                let expires = match (&token.revoked_at, &token.expires_at) {
-                    (Some(revoked), _) => format!("revoked {revoked}"),
-                    (None, Some(expires)) => expires.clone(),
-                    (None, None) => "never".into(),
-                };
-                println!(
-                    "{:<21} {:<16} {:<21} {:<29} {}",
-                    token.id,
-                    token.principal,
-                    token.created_at,
-                    expires,
-                    token.grants.join(", ")
-                );
-            }
-            Ok(())
+            local::list_tokens(&db_path, &tenant, json)
         }
-        Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => {
-            let pool = db::open(&db_path)?;
-            auth::revoke_token(&pool.get()?, &id, &db::now())?;
-            println!("revoked {id}; every server on this database refuses it from the next request on");
-            Ok(())
-        }
-        Command::Plugin(PluginCommand::Inspect { file }) => {
-            let descriptor = fleet::plugins::inspect(&file, default_cache_dir().as_deref())?;
-            println!("{}", serde_json::to_string_pretty(&descriptor)?);
-            Ok(())
-        }
-        Command::Policy(PolicyCommand::Test { files }) => policy_test(&files),
-        Command::Policy(PolicyCommand::Eval { .. }) => bail!("policy eval is run as a client command"),
-        Command::Component { output } => {
-            std::fs::write(&output, fleet::planner::PLANNER)
-                .with_context(|| format!("writing {}", output.display()))?;
-            Ok(())
-        }
+        Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => local::revoke_token(&db_path, &id),
+        Command::Plugin(PluginCommand::Inspect { file }) => local::inspect_plugin(&file),
+        Command::Policy(PolicyCommand::Test { files }) => local::policy_test(&files),
+        Command::Component { output } => local::write_component(&output),
         // The rest are the client commands (`Command::is_client`), which `main` runs.
         _ => bail!("client commands do not use the database"),
     }
 }
 
-/// Where compiled components are kept between runs unless `--cache-dir` says otherwise.
-fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(|dir| PathBuf::from(dir).join("fleet"))
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")))
+impl Serve {
+    /// The server's configuration from its flags.
+    fn config(self, db_path: PathBuf) -> Result<Config> {
+        let mut config = Config::new(db_path);
+        config.modules = parse_modules(&self.modules)?;
+        config.drift_interval = self.drift_interval;
+        config.read_only = self.read_only;
+        config.body_limit = usize::try_from(self.body_limit).context("--body-limit does not fit this machine")?;
+        config.limits.head_timeout = self.head_timeout;
+        config.limits.idle_timeout = self.idle_timeout;
+        config.limits.body_timeout = self.body_timeout;
+        config.limits.max_connections = self.max_connections as usize;
+        config.busy_timeout = self.busy_timeout;
+        config.budget.cpu = self.sandbox_cpu;
+        config.request_timeout = self.request_timeout;
+        config.budget.memory_bytes = (self.sandbox_memory_mib as usize) << 20;
+        config.cache_dir = self.cache_dir.or_else(local::default_cache_dir);
+        if let Some(console_dir) = self.console_dir {
+            config.console_dir = console_dir;
+        }
+        config.plugins = self.plugins;
+        config.policies = self.policies;
+        config.tls = self.tls_cert.zip(self.tls_key);
+        config.plugin_budget.cpu = self.plugin_cpu;
+        config.plugin_budget.memory_bytes = (self.plugin_memory_mib as usize) << 20;
+        Ok(config)
+    }
+}
+
+/// The kinds of the modules named by their groups.
+fn parse_modules(groups: &[String]) -> Result<BTreeSet<String>> {
+    let catalog = Catalog::built_in();
+    groups
+        .iter()
+        .map(|group| {
+            let kind = catalog.by_group(group.trim()).map(|position| catalog.get(position).kind.to_owned());
+            kind.with_context(|| {
+                let groups: Vec<&str> = catalog.iter().map(|(_, kind)| kind.group).collect();
+                format!("unknown module {group:?}; the modules are {}", groups.join(", "))
+            })
+        })
+        .collect()
+}
+
+fn client(args: &ServerArgs) -> Result<Client, CliError> {
+    Client::new(&args.server, args.token.clone())
 }
 
 /// The longest value each kind of duration flag takes: every one must be longer than
@@ -587,119 +574,4 @@ fn duration(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone 
         Ok(duration) => Ok(duration),
         Err(error) => Err(format!("{error} (a duration such as 30s, 15m or 12h)")),
     }
-}
-
-/// The kinds of the modules named by their groups.
-fn parse_modules(groups: &[String]) -> Result<BTreeSet<String>> {
-    let catalog = Catalog::built_in();
-    groups
-        .iter()
-        .map(|group| {
-            let kind = catalog.by_group(group.trim()).map(|position| catalog.get(position).kind.to_owned());
-            kind.with_context(|| {
-                let groups: Vec<&str> = catalog.iter().map(|(_, kind)| kind.group).collect();
-                format!("unknown module {group:?}; the modules are {}", groups.join(", "))
-            })
-        })
-        .collect()
-}
-
-fn run_server(db_path: PathBuf, serve: Serve) -> Result<()> {
-    let mut config = Config::new(db_path);
-    config.modules = parse_modules(&serve.modules)?;
-    config.drift_interval = serve.drift_interval;
-    config.read_only = serve.read_only;
-    config.body_limit = usize::try_from(serve.body_limit).context("--body-limit does not fit this machine")?;
-    config.limits.head_timeout = serve.head_timeout;
-    config.limits.idle_timeout = serve.idle_timeout;
-    config.limits.body_timeout = serve.body_timeout;
-    config.limits.max_connections = serve.max_connections as usize;
-    config.busy_timeout = serve.busy_timeout;
-    config.budget.cpu = serve.sandbox_cpu;
-    config.request_timeout = serve.request_timeout;
-    config.budget.memory_bytes = (serve.sandbox_memory_mib as usize) << 20;
-    config.cache_dir = serve.cache_dir.or_else(default_cache_dir);
-    if let Some(console_dir) = serve.console_dir {
-        config.console_dir = console_dir;
-    }
-    config.plugins = serve.plugins;
-    config.policies = serve.policies;
-    config.tls = serve.tls_cert.zip(serve.tls_key);
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
-    config.plugin_budget.cpu = serve.plugin_cpu;
-    config.plugin_budget.memory_bytes = (serve.plugin_memory_mib as usize) << 20;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        // Everything that can refuse to start (the database, plugins) before listening;
-        // on a blocking thread, where the PostgreSQL client may run its own runtime.
-        let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
-        let listener = tokio::net::TcpListener::bind(&serve.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", serve.listen))?;
-        let address = listener.local_addr()?;
-        if serve.demo {
-            let seeded = app.clone();
-            let token = tokio::task::spawn_blocking(move || demo::seed(&seeded.core.dispatcher, &seeded.core.modules)).await??;
-            println!("demo tenant {:?}, principal {:?}; token with every permission:", demo::TENANT, demo::PRINCIPAL);
-            println!("  export FLEET_TOKEN={token}");
-            println!(
-                "  curl -s -X POST {scheme}://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
-            );
-        }
-        if fleet::http::console::is_built(&app.config.console_dir) {
-            println!("console: {scheme}://{address}/console (sign in with a token)");
-        } else {
-            println!("console: {}", console_build_hint(&app.config.console_dir));
-        }
-        println!("fleet listening on {scheme}://{address}");
-        fleet::app::serve(app, listener, fleet::app::shutdown_signal()).await
-    })
-}
-
-/// Exactly what to run to build the console's assets for this binary into `console_dir`.
-fn console_build_hint(console_dir: &Path) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../console/build.sh");
-    let script = script.canonicalize().unwrap_or(script);
-    let binary = std::env::current_exe().map_or_else(|_| "fleet".to_owned(), |exe| exe.display().to_string());
-    format!(
-        "not built (it needs Node.js 20+ and npm); to build it, run: FLEET_BIN={binary} CONSOLE_OUT={} bash {}",
-        console_dir.display(),
-        script.display()
-    )
-}
-
-/// `fleet policy test`: every `test_` rule of every file, a line each, then a count.
-fn policy_test(files: &[PathBuf]) -> Result<()> {
-    let (mut passed, mut failed) = (0, 0);
-    for file in files {
-        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let name = file.file_stem().and_then(|stem| stem.to_str()).unwrap_or("policy");
-        let mut compiled = fleet_guest::policy::compile(name, &source)
-            .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
-        let rules = fleet_guest::policy::test_rules(&compiled);
-        if rules.is_empty() {
-            println!("{}: no test_ rules", file.display());
-        }
-        for rule in rules {
-            match compiled.holds(&rule) {
-                Ok(true) => {
-                    passed += 1;
-                    println!("PASS {}: {rule}", file.display());
-                }
-                Ok(false) => {
-                    failed += 1;
-                    println!("FAIL {}: {rule}", file.display());
-                }
-                Err(error) => {
-                    failed += 1;
-                    println!("ERROR {}: {rule}: {error}", file.display());
-                }
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        bail!("{failed} of {} policy tests failed", passed + failed);
-    }
-    Ok(())
 }

@@ -1,0 +1,378 @@
+//! The client commands against a running server (SPEC §9): `fleet export`, `plan`,
+//! `apply` and `status`, and `fleet policy eval` offline; exit codes made for CI.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anstream::{eprintln, print, println};
+use anstyle::{AnsiColor, Style};
+use serde_json::{Value, json};
+
+use crate::client::{
+    CliError, Client, EXIT_BLOCKED, EXIT_CHANGES, EXIT_OK, is_yaml_path, print_json, printable, read_document,
+    write_document,
+};
+use crate::render::{has, plural, render_plan, render_status, verdict_line};
+
+/// `fleet policy eval`: the verdicts `files` give on a plan saved by `fleet plan --out`,
+/// planned again offline on the state saved with it, with these policies in force
+/// instead of the server's (each as mandatory). Exit code 3 when they deny it.
+pub fn policy_eval(files: &[PathBuf], saved: &Path, raw: bool) -> Result<u8, CliError> {
+    let saved_plan = read_document(saved)?;
+    let not_saved =
+        |what: &str| CliError::Input(format!("{}: not a plan saved by `fleet plan --out` ({what})", saved.display()));
+    let state = saved_plan.get("state").ok_or_else(|| not_saved("no state; save it again with this fleet"))?;
+    if state["plugins"].as_array().is_some_and(|plugins| !plugins.is_empty()) {
+        return Err(CliError::Input(
+            "the saved state has plugin kinds, whose checks only their server runs; evaluate against a plan              without plugin kinds"
+                .into(),
+        ));
+    }
+    let mut snapshot = fleet_guest::Snapshot::from_json(&fleet_guest::Catalog::built_in(), state)
+        .map_err(|error| not_saved(&error.message))?;
+    snapshot.policies = files
+        .iter()
+        .map(|file| {
+            let source = std::fs::read_to_string(file)
+                .map_err(|error| CliError::Input(format!("{}: {error}", file.display())))?;
+            let name = file.file_stem().and_then(|stem| stem.to_str()).unwrap_or_default().to_owned();
+            fleet_guest::policy::compile(&name, &source)
+                .map_err(|problem| CliError::Input(format!("{}: {problem}", file.display())))?;
+            Ok(fleet_guest::Policy { name, level: fleet_guest::Level::Mandatory, source })
+        })
+        .collect::<Result<_, CliError>>()?;
+    let request = json!({"document": saved_plan["document"], "prune": saved_plan["prune"].as_bool().unwrap_or(false)});
+    let plan = fleet_guest::plan(&snapshot, &request.to_string())
+        .map_err(|error| CliError::Input(format!("the saved plan cannot be planned again: {error}")))?;
+    let plan: Value = serde_json::from_str(&plan).map_err(|error| CliError::Input(error.to_string()))?;
+    if raw {
+        print_json(&plan["policy"])?;
+    } else {
+        for verdict in plan["policy"]["verdicts"].as_array().into_iter().flatten() {
+            println!("{}", verdict_line(verdict));
+        }
+        let number = |name: &str| plan["summary"][name].as_u64().unwrap_or_default() as usize;
+        println!("{} denied, {}.", number("denied"), plural(number("warnings"), "warning"));
+    }
+    Ok(if plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 { EXIT_BLOCKED } else { EXIT_OK })
+}
+
+/// How `fleet export` writes the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+pub fn export(client: &Client, output: Option<&Path>, format: Option<Format>) -> Result<u8, CliError> {
+    let exported = client.call("fleet/export", &json!({}))?;
+    if let Some(missing) = exported["missing"].as_array().filter(|missing| !missing.is_empty()) {
+        eprintln!("note: this deployment does not run the modules of {}", Value::Array(missing.clone()));
+    }
+    let document = &exported["document"];
+    let format = format.unwrap_or(if output.is_some_and(is_yaml_path) { Format::Yaml } else { Format::Json });
+    let text = match format {
+        Format::Yaml => serde_yaml_ng::to_string(document).map_err(|error| CliError::Input(error.to_string()))?,
+        Format::Json => {
+            serde_json::to_string_pretty(document).map_err(|error| CliError::Input(error.to_string()))? + "\n"
+        }
+    };
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
+            let objects: usize = document
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, section)| section.as_object())
+                .map(|section| section.len())
+                .sum();
+            let format = match format {
+                Format::Json => "JSON",
+                Format::Yaml => "YAML",
+            };
+            eprintln!("Wrote the estate ({}) to {} as {format}.", plural(objects, "object"), path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(EXIT_OK)
+}
+
+/// Reads the FleetConfig of a `plan` or `apply` file: the document itself, not wrapped.
+fn read_fleet_config(file: &Path) -> Result<Value, CliError> {
+    let document = read_document(file)?;
+    if document.get("document").is_some_and(Value::is_object) {
+        return Err(CliError::Input(format!(
+            "{}: the file wraps its document in {{\"document\": ...}}; a FleetConfig file is the document \
+             itself: move its sections (sites, pools, ...) to the top level",
+            file.display()
+        )));
+    }
+    Ok(document)
+}
+
+fn plan_exit_code(plan: &Value) -> u8 {
+    if has(plan, "blocked") || plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 {
+        EXIT_BLOCKED
+    } else if has(plan, "calls") {
+        EXIT_CHANGES
+    } else {
+        EXIT_OK
+    }
+}
+
+pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: bool) -> Result<u8, CliError> {
+    let document = read_fleet_config(file)?;
+    let plan = client.call("fleet/plan", &json!({"document": document, "prune": prune}))?;
+    if let Some(out) = out {
+        // The state it was planned on too, for `fleet policy eval` to judge offline.
+        let state = client.call("preview/snapshot", &json!({}))?;
+        write_document(out, &json!({"document": document, "prune": prune, "plan": plan, "state": state}))?;
+    }
+    if raw {
+        print_json(&plan)?;
+    } else {
+        print!("{}", render_plan(&plan));
+        if let Some(out) = out {
+            println!(
+                "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.",
+                out.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(plan_exit_code(&plan))
+}
+
+/// What `fleet apply` applies: a document file, or a plan saved by `fleet plan --out`.
+pub enum ApplySource {
+    Document {
+        file: PathBuf,
+        prune: bool,
+        plan_hash: Option<String>,
+    },
+    SavedPlan(PathBuf),
+    /// `fleet rollback N`: revision N's document, with its prune flag, applied to the
+    /// estate of today as any document is (SPEC §15).
+    Revision(u64),
+}
+
+/// How `fleet apply` gets its go-ahead (SPEC §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    /// `--yes`: apply without asking.
+    Given,
+    /// Ask on the terminal; refuse without one.
+    Ask,
+}
+
+/// What an apply request carries besides its document and plan: `--override` and
+/// `--heal`.
+pub struct Extra {
+    /// `[{"policy", "reason"}]`.
+    pub overrides: Value,
+    pub heal: bool,
+}
+
+impl Extra {
+    fn overrides_any(&self) -> bool {
+        self.overrides.as_array().is_some_and(|overrides| !overrides.is_empty())
+    }
+
+    fn add_to(&self, request: &mut Value) {
+        if self.overrides_any() {
+            request["overrides"] = self.overrides.clone();
+        }
+        if self.heal {
+            request["heal"] = json!(true);
+        }
+    }
+}
+
+/// `--override POLICY=REASON` arguments as the apply request's `overrides`.
+pub fn overrides(arguments: &[String]) -> Result<Value, CliError> {
+    let overrides: Result<Vec<Value>, CliError> = arguments
+        .iter()
+        .map(|argument| match argument.split_once('=') {
+            Some((policy, reason)) if !policy.is_empty() && !reason.trim().is_empty() => {
+                Ok(json!({"policy": policy, "reason": reason}))
+            }
+            _ => Err(CliError::Input(format!("--override {argument:?} is not POLICY=REASON (a reason is required)"))),
+        })
+        .collect();
+    Ok(Value::Array(overrides?))
+}
+
+pub fn apply(
+    client: &Client,
+    source: &ApplySource,
+    extra: &Extra,
+    raw: bool,
+    confirm: Confirm,
+) -> Result<u8, CliError> {
+    // Whether the plan was already shown, before asking.
+    let mut shown = false;
+    let applied = match source {
+        ApplySource::SavedPlan(file) => apply_saved(client, file, extra)?,
+        ApplySource::Document { file, prune, plan_hash } => {
+            let document = read_fleet_config(file)?;
+            apply_document(client, document, *prune, plan_hash.as_deref(), extra, confirm, &mut shown)?
+        }
+        ApplySource::Revision(number) => {
+            let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
+            let (document, prune) = (revision["document"].clone(), revision["prune"] == true);
+            apply_document(client, document, prune, None, extra, confirm, &mut shown)?
+        }
+    };
+    if raw {
+        print_json(&applied)?;
+    } else {
+        if !shown {
+            print!("{}", render_plan(&applied["plan"]));
+        }
+        let style = Style::new().fg_color(Some(AnsiColor::Green.into())).bold();
+        let calls = applied["applied"].as_u64().unwrap_or_default() as usize;
+        println!("{style}Applied {}.{style:#}", plural(calls, "call"));
+    }
+    Ok(EXIT_OK)
+}
+
+/// Applies `document`: pinned to `plan_hash` when given; else, when asking, the plan is
+/// shown (`shown` says so) and what is applied is exactly that plan.
+fn apply_document(
+    client: &Client,
+    document: Value,
+    prune: bool,
+    plan_hash: Option<&str>,
+    extra: &Extra,
+    confirm: Confirm,
+    shown: &mut bool,
+) -> Result<Value, CliError> {
+    let overridden = extra.overrides_any();
+    let mut request = json!({"document": document, "prune": prune});
+    extra.add_to(&mut request);
+    if let Some(hash) = plan_hash {
+        request["planHash"] = json!(hash);
+    } else if confirm == Confirm::Ask {
+        let plan = client.call("fleet/plan", &json!({"document": request["document"], "prune": prune}))?;
+        let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
+        if has(&plan, "calls") && !has(&plan, "blocked") && (!denied || overridden) {
+            print!("{}", render_plan(&plan));
+            ask(&plan, &client.server())?;
+            *shown = true;
+        }
+        request["planHash"] = plan["planHash"].clone();
+    }
+    client.call("fleet/apply", &request).map_err(|error| explain_hash_mismatch(error, plan_hash))
+}
+
+/// Asks on the terminal before an apply that changes something; loudly when it deletes
+/// or archives. Without a terminal, refuses: CI passes `--yes` or a reviewed `--plan`.
+fn ask(plan: &Value, server: &str) -> Result<(), CliError> {
+    use std::io::{BufRead, IsTerminal};
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::Input(
+            "apply asks for confirmation, and there is no terminal to ask on: pass --yes, or apply a reviewed \
+             plan with --plan"
+                .into(),
+        ));
+    }
+    let number = |action: &str| plan["summary"][action].as_u64().unwrap_or_default() as usize;
+    let removals = number("delete") + number("archive");
+    if removals > 0 {
+        let red = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
+        println!(
+            "{red}This plan deletes {} and archives {}.{red:#}",
+            plural(number("delete"), "object"),
+            plural(number("archive"), "object")
+        );
+    }
+    print!("Apply {} to {server}? Only 'yes' applies: ", plural(plan["calls"].as_array().map_or(0, Vec::len), "call"));
+    std::io::stdout().flush().map_err(|error| CliError::Transport(error.to_string()))?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|error| CliError::Input(error.to_string()))?;
+    if answer.trim() != "yes" {
+        return Err(CliError::Input("apply cancelled; nothing was changed".into()));
+    }
+    Ok(())
+}
+
+/// A `--plan-hash` that no longer matches says so, with the hash the plan has now.
+fn explain_hash_mismatch(error: CliError, given: Option<&str>) -> CliError {
+    match (&error, given) {
+        (CliError::Api { code, details, .. }, Some(given)) if code == "CONFIG_DRIFT" => CliError::Input(format!(
+            "the plan hash does not match: --plan-hash is {given}, the plan is now {}; nothing was applied. \
+             Run `fleet plan` again and review it",
+            printable(&details["actual"])
+        )),
+        _ => error,
+    }
+}
+
+/// Applies a plan saved by `fleet plan --out`, exactly: if the estate moved since, the
+/// server refuses it, and this says what moved.
+fn apply_saved(client: &Client, file: &Path, extra: &Extra) -> Result<Value, CliError> {
+    let saved = read_document(file)?;
+    let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
+        CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
+    })?;
+    let prune = saved["prune"].as_bool().unwrap_or(false);
+    let mut request = json!({"document": saved["document"], "prune": prune, "planHash": hash});
+    extra.add_to(&mut request);
+    match client.call("fleet/apply", &request) {
+        Err(CliError::Api { code, .. }) if code == "CONFIG_DRIFT" => {
+            let now = client.call("fleet/plan", &json!({"document": saved["document"], "prune": prune}))?;
+            Err(CliError::Input(format!(
+                "CONFIG_DRIFT: the estate moved since {} was planned, so it was not applied:\n{}Plan again and \
+                 review the new plan.",
+                file.display(),
+                what_moved(&saved["plan"], &now)
+            )))
+        }
+        other => other,
+    }
+}
+
+/// The changes of two plans of one document, side by side where they differ.
+fn what_moved(saved: &Value, now: &Value) -> String {
+    let lines = |plan: &Value| -> Vec<(String, String)> {
+        plan["changes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|change| {
+                (format!("{} {}", printable(&change["kind"]), printable(&change["key"])), printable(&change["text"]))
+            })
+            .collect()
+    };
+    let (before, after) = (lines(saved), lines(now));
+    let mut out = String::new();
+    for (object, text) in &before {
+        match after.iter().find(|(other, _)| other == object) {
+            Some((_, now)) if now == text => {}
+            Some((_, now)) => out.push_str(&format!("  planned: {text}\n  now:     {now}\n")),
+            None => out.push_str(&format!("  planned: {text}\n  now:     nothing to do for {object}\n")),
+        }
+    }
+    for (object, text) in &after {
+        if !before.iter().any(|(other, _)| other == object) {
+            out.push_str(&format!("  planned: nothing for {object}\n  now:     {text}\n"));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("  the same changes, against an estate whose other values moved\n");
+    }
+    out
+}
+
+/// Exit code 0 when converged (or never applied), 2 when drifted (SPEC §9).
+pub fn status(client: &Client, raw: bool, refresh: bool) -> Result<u8, CliError> {
+    let request = if refresh { json!({"refresh": true}) } else { json!({}) };
+    let status = client.call("fleet/status", &request)?;
+    if raw {
+        print_json(&status)?;
+    } else {
+        print!("{}", render_status(&status));
+    }
+    Ok(if status.get("drift").is_some() { EXIT_CHANGES } else { EXIT_OK })
+}
