@@ -99,10 +99,15 @@ mod tests {
 
     #[test]
     fn no_more_than_its_places_run_at_once_and_the_rest_enter_in_order() {
-        let admission = Arc::new(Admission::new(2));
+        let pair = Admission::new(2);
+        let (first, second) = (pair.enter(Instant::now()), pair.enter(Instant::now()));
+        assert!(first.is_some() && second.is_some(), "two places");
+        assert!(pair.enter(Instant::now() + Duration::from_millis(20)).is_none(), "full until the deadline");
+
+        // One place, so that the order in which the waiters run is the order they
+        // were let in.
+        let admission = Arc::new(Admission::new(1));
         let first = admission.enter(Instant::now()).expect("a free place");
-        let second = admission.enter(Instant::now()).expect("a free place");
-        assert!(admission.enter(Instant::now() + Duration::from_millis(20)).is_none(), "full until the deadline");
 
         let order = Arc::new(Mutex::new(Vec::new()));
         let waiters: Vec<_> = (0..4)
@@ -123,7 +128,6 @@ mod tests {
             })
             .collect();
         drop(first);
-        drop(second);
         for waiter in waiters {
             waiter.join().unwrap();
         }
