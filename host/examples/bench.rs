@@ -28,7 +28,7 @@ use hyper::service::service_fn;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-#[path = "../../tests/e2e/edge_host.rs"]
+#[path = "../../tests/e2e/support/edge_host.rs"]
 mod edge_host;
 
 /// glibc's malloc grows its per-thread arenas with `mprotect`, which showed as a tenth

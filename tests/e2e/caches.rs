@@ -79,3 +79,18 @@ fn a_token_revoked_by_another_process_is_refused_by_the_very_next_request() {
     server.ok(&fresh, "fleet/plan", plan.clone());
     assert_eq!(server.call(&token, "fleet/plan", plan).0, 401);
 }
+
+#[test]
+fn a_cache_that_cannot_be_written_is_named_in_the_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-directory");
+    std::fs::write(&blocker, "a file where the cache directory would be").unwrap();
+    let cache = blocker.join("fleet");
+    let log = dir.path().join("server.log");
+    let launch = Launch { open_files: None, stderr: Some(log.clone()), env: Vec::new(), db: None };
+    let server = Server::launch(tempfile::tempdir().unwrap(), &["--cache-dir", cache.to_str().unwrap()], &launch);
+    assert_eq!(server.get("/healthz"), (200, "ok".to_owned()));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("cannot cache the compiled planner"), "{logged}");
+    assert!(logged.contains(cache.to_str().unwrap()), "the warning names the directory: {logged}");
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::edge_host::{EDGE_WASM, EdgeServer};
+use crate::support::edge_host::{EDGE_WASM, EdgeServer};
 use crate::support::{Server, code};
 
 /// POSTs `body` to `base` + `path` with the token; the status and the exact bytes.

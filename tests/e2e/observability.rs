@@ -1,55 +1,10 @@
-//! SPEC §6.5, §9 and §13 against the real binary: the audit trail, drift events that
-//! say who changed what, `/metrics`, request logs, and the token lifecycle.
-
-use std::process::Command;
-use std::time::{Duration, Instant};
+//! Audit and observability (SPEC §13) against the real binary: the audit trail, the
+//! metrics without tenant labels, one structured log event per request.
 
 use serde_json::{Value, json};
 
 use crate::fleet::estate;
-use crate::support::{ALL, FLEET, Launch, Server, code};
-
-fn events(server: &Server, token: &str) -> Vec<Value> {
-    server.ok(token, "events/list", json!({}))["events"].as_array().unwrap().clone()
-}
-
-#[test]
-fn a_drift_event_names_the_field_the_values_and_who_changed_it() {
-    let server = Server::start(&["--drift-interval", "300ms"]);
-    server.tenant("acme");
-    let alice = server.token("acme", "alice", &[ALL]);
-    let bob =
-        server.token("acme", "bob", &["compute:pools:write @ compute-pools", "compute:pools:read @ compute-pools"]);
-    server.ok(&alice, "fleet/apply", json!({"document": estate()}));
-    let pool = server.ok(&alice, "pools/list", json!({}))["items"][0]["id"].clone();
-
-    server.ok(&bob, "pools/update", json!({"id": pool, "gpus": 48}));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while events(&server, &alice).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(800));
-    let events = events(&server, &alice);
-    assert_eq!(events.len(), 1, "one event while the drift stays the same: {events:?}");
-    let data = &events[0]["data"];
-    assert_eq!(events[0]["type"], "fleet.drifted");
-    let change = &data["changes"][0];
-    assert_eq!(change["kind"], "pool");
-    assert_eq!(change["key"], "gpu-a");
-    assert_eq!(change["id"], pool);
-    assert_eq!(change["action"], "update");
-    assert_eq!(change["fields"], json!([{"field": "gpus", "applied": 64, "actual": 48}]));
-    assert_eq!(change["changedBy"], "bob");
-    assert_eq!(change["method"], "compute.pools.update");
-    let changed_at = change["changedAt"].as_str().unwrap();
-    assert!(changed_at.ends_with('Z'));
-    assert_eq!(data["since"], changed_at, "drifted since bob's change");
-    assert!(data["planHash"].as_str().unwrap().starts_with("sha256:"));
-
-    let status = server.ok(&alice, "fleet/status", json!({}));
-    assert_eq!(status["drift"]["changes"][0]["changedBy"], "bob");
-    assert_eq!(status["drift"]["since"], changed_at);
-}
+use crate::support::{Launch, Server, code};
 
 #[test]
 fn the_audit_trail_records_api_and_apply_calls_with_field_changes_per_tenant() {
@@ -171,50 +126,4 @@ fn every_request_is_one_structured_log_event() {
     let missing = requests.iter().find(|event| event["method"] == "compute.pools.get").expect("the get's event");
     assert_eq!(missing["status"], 404);
     assert_eq!(missing["code"], "NOT_FOUND");
-}
-
-fn admin(server: &Server, args: &[&str]) -> std::process::Output {
-    Command::new(FLEET).arg("--db").arg(server.db_path()).arg("admin").args(args).output().unwrap()
-}
-
-#[test]
-fn tokens_expire_and_are_revoked_at_once_and_are_listed_without_secrets() {
-    let server = Server::start(&[]);
-    server.tenant("acme");
-    let output = admin(
-        &server,
-        &["token", "create", "--tenant", "acme", "--principal", "ci-bot", "--grant", ALL, "--expires", "2s"],
-    );
-    assert!(output.status.success());
-    let short = String::from_utf8_lossy(&output.stdout).lines().last().unwrap().trim().to_owned();
-    let long = server.token("acme", "alice", &[ALL]);
-    server.ok(&short, "sites/list", json!({}));
-    server.ok(&long, "sites/list", json!({}));
-
-    let listed = admin(&server, &["token", "list", "--tenant", "acme", "--json"]);
-    let tokens: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(tokens.as_array().unwrap().len(), 2);
-    let text = String::from_utf8_lossy(&listed.stdout);
-    assert!(!text.contains(&short) && !text.contains(&long), "never the secret");
-    let alice = tokens.as_array().unwrap().iter().find(|token| token["principal"] == "alice").unwrap();
-    assert!(alice["id"].as_str().unwrap().starts_with("tok_"));
-    assert_eq!(alice["expiresAt"], Value::Null);
-    let bot = tokens.as_array().unwrap().iter().find(|token| token["principal"] == "ci-bot").unwrap();
-    assert!(bot["expiresAt"].as_str().unwrap().ends_with('Z'));
-    let table = String::from_utf8_lossy(&admin(&server, &["token", "list", "--tenant", "acme"]).stdout).into_owned();
-    assert!(table.contains("ci-bot") && table.contains("never"), "{table}");
-
-    // Revoked: refused by the running server from the very next request.
-    let revoked = admin(&server, &["token", "revoke", alice["id"].as_str().unwrap()]);
-    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
-    let (status, body) = server.call(&long, "sites/list", json!({}));
-    assert_eq!((status, code(&body)), (401, "UNAUTHENTICATED"));
-    assert!(body["error"]["message"].as_str().unwrap().contains("revoked"));
-    assert!(!admin(&server, &["token", "revoke", "tok_nosuchtoken00000"]).status.success());
-
-    // Expired: refused once its time has passed.
-    std::thread::sleep(Duration::from_millis(2200));
-    let (status, body) = server.call(&short, "sites/list", json!({}));
-    assert_eq!((status, code(&body)), (401, "UNAUTHENTICATED"));
-    assert!(body["error"]["message"].as_str().unwrap().contains("expired"));
 }

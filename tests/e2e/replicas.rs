@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::fleet::estate;
-use crate::support::{Launch, Server, code, database_of, postgres};
+use crate::support::{Launch, Server, code, database_of};
 
 const INTERVAL: &str = "1s";
 
@@ -54,11 +54,6 @@ fn subscribe(server: &Server, token: &str) -> std::sync::Arc<std::sync::Mutex<St
 
 #[test]
 fn three_replicas_on_one_postgres_database_behave_as_one_server() {
-    if !postgres() {
-        // Replicas are PostgreSQL's (SPEC §12); two servers on one SQLite file are
-        // tested in caches.rs.
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let launch = Launch { db: Some(database_of(dir.path())), ..Launch::default() };
     let flags = ["--drift-interval", INTERVAL];
@@ -120,7 +115,8 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
         replica.ok(&doomed, "sites/list", json!({}));
         replica.ok(&doomed, "sites/list", json!({}));
     }
-    let listed: Value = serde_json::from_str(&replicas[0].admin(&["token", "list", "--tenant", "acme", "--json"])).unwrap();
+    let listed: Value =
+        serde_json::from_str(&replicas[0].admin(&["token", "list", "--tenant", "acme", "--json"])).unwrap();
     let id = listed.as_array().unwrap().iter().find(|token| token["principal"] == "bob").unwrap()["id"].clone();
     replicas[0].admin(&["token", "revoke", id.as_str().unwrap()]);
     for replica in &replicas {
@@ -144,7 +140,11 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
         "{:?}",
         event_types(survivor, &token)
     );
-    assert!(killed_at.elapsed() < Duration::from_secs(3), "checked within the next interval: {:?}", killed_at.elapsed());
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(3),
+        "checked within the next interval: {:?}",
+        killed_at.elapsed()
+    );
     assert_eq!(event_types(survivor, &token)[2], "fleet.drifted");
     let now_held_by = holder();
     assert!(!now_held_by.ends_with(&format!(":{killed_pid}")), "another replica claimed the check: {now_held_by}");
@@ -156,10 +156,6 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
 /// `small`'s go through at once. No timing is asserted: the lock decides.
 #[test]
 fn writes_of_one_tenant_never_wait_for_another_tenants() {
-    if !postgres() {
-        // SQLite has one writer at a time (docs/decisions/0014).
-        return;
-    }
     let server = Server::start(&["--busy-timeout", "1s"]);
     let big = server.tenant_with_token("big");
     let small = server.tenant_with_token("small");
@@ -168,7 +164,7 @@ fn writes_of_one_tenant_never_wait_for_another_tenants() {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(b"big");
     let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    let mut holder = crate::cluster::connect(server.db_path().to_str().unwrap());
+    let mut holder = crate::support::cluster::connect(server.db_path().to_str().unwrap());
     let mut transaction = holder.transaction().unwrap();
     transaction.batch_execute(&format!("SELECT pg_advisory_xact_lock({}, {key})", 0x666c_6565)).unwrap();
 

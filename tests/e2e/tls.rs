@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::support::{FLEET, Server, postgres};
+use crate::support::{FLEET, Server};
 
 /// A CA, and a certificate for `localhost` and 127.0.0.1 that it signed, as PEM files.
 pub struct Pki {
@@ -136,42 +136,5 @@ fn the_server_serves_https_with_its_certificate() {
         assert_eq!(output.status.code(), Some(1));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("--tls-"), "{stderr}");
-    }
-}
-
-/// `sslmode=verify-full` with the cluster's CA connects (and the suite's cluster
-/// serves TLS); another CA, or `verify-full` without `sslrootcert`, stops serve.
-#[test]
-fn postgres_connections_are_verified_against_the_ca_given() {
-    if !postgres() {
-        return;
-    }
-    let url = crate::cluster::new_database();
-    let ca = crate::cluster::ca();
-    let verified = format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display());
-    let dir = tempfile::tempdir().unwrap();
-    let launch = crate::support::Launch { db: Some(verified.clone().into()), ..Default::default() };
-    let server = Server::launch(dir, &[], &launch);
-    let token = server.tenant_with_token("acme");
-    server.ok(&token, "fleet/apply", json!({"document": crate::fleet::estate()}));
-    let mut sql = crate::support::Sql::open(Path::new(&url));
-    // This test's own connection is plain: those over TLS on this database are the server's.
-    let encrypted = "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid)
-                     WHERE ssl AND datname = current_database()";
-    assert!(sql.number(encrypted) >= 1, "the server's connections use TLS");
-
-    let other = tempfile::tempdir().unwrap();
-    let stranger = self::pki(other.path());
-    for (db, why) in [
-        (format!("{url}?sslmode=verify-full&sslrootcert={}", stranger.ca.display()), "certificate"),
-        (format!("{url}?sslmode=verify-full"), "sslrootcert"),
-    ] {
-        let output = std::process::Command::new(FLEET)
-            .args(["--db", &db, "serve", "--listen", "127.0.0.1:0"])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(1), "{db}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(why), "{db}: {stderr}");
     }
 }

@@ -17,7 +17,8 @@ const USER: &str = "fleet";
 
 pub struct Cluster {
     port: u16,
-    /// The CA that signed the server's certificate: it serves TLS too (`tls.rs`).
+    /// The CA that signed the server's certificate: it serves TLS too (`postgres.rs`).
+    #[allow(dead_code, reason = "the PostgreSQL-only tests use it; the SQLite suite compiles this harness too")]
     ca: PathBuf,
     /// The shell that owns the server; it outlives this process by the moments it
     /// takes to stop the server.
@@ -38,6 +39,7 @@ pub fn new_database() -> String {
 }
 
 /// The CA file a client verifies the suite's cluster against (`sslrootcert`).
+#[allow(dead_code, reason = "the PostgreSQL-only tests use it; the SQLite suite compiles this harness too")]
 pub fn ca() -> PathBuf {
     CLUSTER.get_or_init(start).ca.clone()
 }
@@ -163,12 +165,14 @@ fn start() -> Cluster {
 /// A cluster of one test's own, which it can stop and start again (a database that
 /// goes away and comes back): `pg_ctl` on a data directory of its own. Dropped, it
 /// stops and is removed.
+#[allow(dead_code, reason = "the PostgreSQL-only tests use it; the SQLite suite compiles this harness too")]
 pub struct Restartable {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
 }
 
+#[allow(dead_code, reason = "the PostgreSQL-only tests use it; the SQLite suite compiles this harness too")]
 impl Restartable {
     pub fn new() -> Restartable {
         let (bin, dir) = initdb("fleet-pg-own-");

@@ -1,7 +1,11 @@
 //! Starts the real `fleet` binary on a loopback port with a database of its own, and
 //! talks to it over HTTP. The suite is built twice from these files: as `e2e`, every
 //! server has a SQLite file in its temp dir; as `e2e-postgres`, a database of its own
-//! on a throwaway PostgreSQL cluster (`postgres.rs`).
+//! on a throwaway PostgreSQL cluster (`cluster.rs`).
+
+pub mod cluster;
+pub mod edge_host;
+pub mod raw;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -28,7 +32,7 @@ pub fn database_of(dir: &Path) -> PathBuf {
     }
     let kept = dir.join("postgres-url");
     let url = std::fs::read_to_string(&kept).unwrap_or_else(|_| {
-        let url = crate::cluster::new_database();
+        let url = crate::support::cluster::new_database();
         std::fs::write(&kept, &url).expect("the URL is kept");
         url
     });
@@ -46,7 +50,7 @@ impl Sql {
     pub fn open(db: &Path) -> Sql {
         let name = db.to_str().unwrap();
         match name.starts_with("postgres://") {
-            true => Sql::Postgres(crate::cluster::connect(name)),
+            true => Sql::Postgres(crate::support::cluster::connect(name)),
             false => Sql::Sqlite(rusqlite::Connection::open(db).unwrap()),
         }
     }
