@@ -19,8 +19,40 @@ fn id(prefix: &str, number: usize) -> String {
     format!("{prefix}_{text}")
 }
 
+/// How many objects of each kind the tenant has.
+const SITES: usize = 50;
+const ACCOUNTS: usize = 50;
+const POOLS: usize = 2_000;
+const QUOTAS: usize = 900;
+const OFFERS: usize = 3_000;
+const FLAVORS: usize = 4_000;
+
 fn main() {
-    let (sites, accounts, pools, quotas, offers, flavors) = (50, 50, 2_000, 900, 3_000, 4_000);
+    let state = tenant();
+    let objects = SITES + ACCOUNTS + POOLS + QUOTAS + OFFERS + FLAVORS;
+    let (request, export_time) = changed_export(&state);
+
+    let mut best = std::time::Duration::MAX;
+    let mut plan = String::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        plan = fleet_guest::plan(&state, &request).expect("plan");
+        best = best.min(started.elapsed());
+    }
+    time_policies(&state, &request);
+    let plan: serde_json::Value = serde_json::from_str(&plan).expect("JSON");
+    println!("objects: {objects}, request: {} bytes", request.len());
+    println!("export: {export_time:?}");
+    println!(
+        "plan (best of 5): {best:?}, calls: {}, summary: {}",
+        plan["calls"].as_array().map_or(0, Vec::len),
+        plan["summary"]
+    );
+}
+
+/// The tenant: every kind's objects, each (but owner quotas) bound to a name.
+fn tenant() -> Snapshot {
+    let (sites, accounts, pools) = (SITES, ACCOUNTS, POOLS);
     let mut tables: serde_json::Map<String, Value> = serde_json::Map::new();
     let mut bindings = Vec::new();
     // Objects of a section, named `<name>-<n>` and bound to their ids.
@@ -55,10 +87,10 @@ fn main() {
         "ownerQuotas",
         "ownerQuota",
         "",
-        quotas,
+        QUOTAS,
         &|number| json!({"owner": format!("owner-{number}"), "vcpus": 64, "gpus": 8, "instances": 10}),
     );
-    add("offers", "offer", "offer", offers, &|number| {
+    add("offers", "offer", "offer", OFFERS, &|number| {
         json!({"pool": id("pool", number % pools), "to": format!("owner-{}", (number % 100) + 100), "vcpus": 8,
                "gpus": 1})
     });
@@ -66,16 +98,20 @@ fn main() {
         "flavors",
         "flavor",
         "flv",
-        flavors,
+        FLAVORS,
         &|number| json!({"pool": id("pool", number % pools), "vcpus": 4, "memoryMib": 16_384, "diskGib": 100}),
     );
     tables.insert("caller".into(), json!({"tenant": "acme", "principal": "alice"}));
     tables.insert("bindings".into(), Value::Array(bindings));
-    let state: Snapshot = serde_json::from_value(Value::Object(tables)).expect("a snapshot");
-    let objects = sites + accounts + pools + quotas + offers + flavors;
+    serde_json::from_value(Value::Object(tables)).expect("a snapshot")
+}
 
+/// The tenant's export, timed, changed into a plan request: a tenth of the pools and
+/// flavors changed, new offers, some flavors left out (and pruned).
+fn changed_export(state: &Snapshot) -> (String, std::time::Duration) {
+    let (pools, flavors) = (POOLS, FLAVORS);
     let started = Instant::now();
-    let exported = fleet_guest::export(&state, "{}").expect("export");
+    let exported = fleet_guest::export(state, "{}").expect("export");
     let export_time = started.elapsed();
     let mut exported: serde_json::Value = serde_json::from_str(&exported).expect("JSON");
     let document = &mut exported["document"];
@@ -93,20 +129,17 @@ fn main() {
     for number in (5..flavors).step_by(50) {
         document["flavors"].as_object_mut().expect("flavors").remove(&format!("flavor-{number}"));
     }
-    let request = serde_json::json!({"document": exported["document"], "prune": true}).to_string();
+    (serde_json::json!({"document": exported["document"], "prune": true}).to_string(), export_time)
+}
 
-    let mut best = std::time::Duration::MAX;
-    let mut plan = String::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        plan = fleet_guest::plan(&state, &request).expect("plan");
-        best = best.min(started.elapsed());
-    }
+/// The plan timed with each example policy of `policies/` in force alone, with a policy
+/// that only builds `input.estate`, and with all five.
+fn time_policies(state: &Snapshot, request: &str) {
     let best_of_5 = |state: &Snapshot| {
         (0..5)
             .map(|_| {
                 let started = Instant::now();
-                fleet_guest::plan(state, &request).expect("plan");
+                fleet_guest::plan(state, request).expect("plan");
                 started.elapsed()
             })
             .min()
@@ -133,12 +166,4 @@ fn main() {
     println!("plan with input.estate built: {:?}", best_of_5(&judged));
     judged.policies = examples.iter().map(|name| policy(name)).collect();
     println!("plan with all five: {:?}", best_of_5(&judged));
-    let plan: serde_json::Value = serde_json::from_str(&plan).expect("JSON");
-    println!("objects: {objects}, request: {} bytes", request.len());
-    println!("export: {export_time:?}");
-    println!(
-        "plan (best of 5): {best:?}, calls: {}, summary: {}",
-        plan["calls"].as_array().map_or(0, Vec::len),
-        plan["summary"]
-    );
 }

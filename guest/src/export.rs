@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::Error;
 use crate::document::{Document, FilledDocument};
 use crate::estate::Estate;
-use crate::state::Value;
+use crate::value::Value;
 
 #[derive(Serialize)]
 struct Exported<'a> {

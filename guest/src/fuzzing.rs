@@ -18,13 +18,13 @@ pub fn streamed_request_agrees(request: &str) -> bool {
 /// The streamed canonical JSON of `value`, when it is canonical as written.
 pub fn streamed(value: &serde_json::Value) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    matches!(crate::writer::to_writer_if_canonical(&mut out, value), Ok(true)).then_some(out)
+    matches!(crate::json::writer::to_writer_if_canonical(&mut out, value), Ok(true)).then_some(out)
 }
 
 /// `value` as the planner writes every result (serde_json's compact text, it claims).
 pub fn written(value: &serde_json::Value) -> Vec<u8> {
     let mut out = Vec::new();
-    crate::writer::to_writer(&mut out, value).expect("writing to a Vec cannot fail");
+    crate::json::writer::to_writer(&mut out, value).expect("writing to a Vec cannot fail");
     out
 }
 

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::json::canonical::is_exact;
+use crate::json::{escape, writer};
 use crate::kinds::Descriptor;
-use crate::writer;
 use crate::{Caller, Error, ErrorCode};
 
 /// The id of a planned create: `<prefix>_` + the first 16 bytes of
@@ -150,8 +151,8 @@ impl Hasher for BufWriter<ToHost> {
 /// Whether `number` is an integer JCS writes as serde_json does.
 fn is_exact_integer(number: &serde_json::Number) -> bool {
     match (number.as_u64(), number.as_i64()) {
-        (Some(unsigned), _) => writer::is_exact(unsigned.into()),
-        (None, Some(signed)) => writer::is_exact(signed.unsigned_abs().into()),
+        (Some(unsigned), _) => is_exact(unsigned.into()),
+        (None, Some(signed)) => is_exact(signed.unsigned_abs().into()),
         (None, None) => false,
     }
 }
@@ -166,7 +167,7 @@ pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write
     match value {
         Value::Null => out.write_all(b"null"),
         Value::Bool(flag) => out.write_all(if *flag { b"true" } else { b"false" }),
-        Value::String(text) => writer::string(out, text),
+        Value::String(text) => escape::string(out, text),
         Value::Number(number) if !is_exact_integer(number) => {
             let text = serde_json_canonicalizer::to_string(value).map_err(std::io::Error::other)?;
             out.write_all(text.as_bytes())
@@ -194,7 +195,7 @@ pub(crate) fn canonical(value: &serde_json::Value, out: &mut impl std::io::Write
                 if index > 0 {
                     out.write_all(b",")?;
                 }
-                writer::string(out, key)?;
+                escape::string(out, key)?;
                 out.write_all(b":")?;
                 canonical(member, out)?;
             }

@@ -1,10 +1,11 @@
 //! The fleet planner: FleetConfig documents, export, plan and apply, with no I/O of its own.
 //!
 //! Everything the planner knows about a tenant comes through [`Host`]: the component glue
-//! in `component.rs` implements it with the WIT imports, native callers (tests, the
+//! in `component/glue.rs` implements it with the WIT imports, native callers (tests, the
 //! benchmark) with a [`state::Snapshot`].
 
 mod apply;
+mod component;
 mod document;
 pub mod error;
 mod estate;
@@ -13,7 +14,6 @@ pub mod grammar;
 pub mod grants;
 mod hash;
 pub mod json;
-mod judge;
 pub mod kinds;
 
 #[cfg(feature = "fuzzing")]
@@ -23,33 +23,13 @@ pub mod plugins;
 pub mod policy;
 pub mod state;
 mod text;
-mod writer;
-
-#[cfg(all(target_arch = "wasm32", feature = "component"))]
-#[expect(unsafe_code, reason = "the canonical ABI glue that wit-bindgen generates")]
-mod component;
-
-#[cfg(all(target_arch = "wasm32", feature = "component"))]
-#[expect(unsafe_code, reason = "an allocator hands out raw memory")]
-mod alloc;
-#[cfg(any(test, all(target_arch = "wasm32", feature = "component")))]
-#[expect(unsafe_code, reason = "an allocator hands out raw memory")]
-mod blocks;
-
-#[cfg_attr(
-    all(target_arch = "wasm32", feature = "component"),
-    expect(unsafe_code, reason = "C's memcmp reads raw memory")
-)]
-#[cfg_attr(
-    not(all(target_arch = "wasm32", feature = "component")),
-    allow(dead_code, reason = "only the component links it; tests check it")
-)]
-mod memcmp;
+pub mod value;
 
 pub use error::{Error, ErrorCode, Problem};
 pub use kinds::{Catalog, Descriptor};
 pub use policy::{Level, Policy};
-pub use state::{Binding, Caller, Object, Snapshot, Value};
+pub use state::{Binding, Caller, Object, Snapshot};
+pub use value::Value;
 
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
@@ -169,7 +149,7 @@ fn written(write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> Result<Stri
 
 /// Writes `value` as JSON text to `out`, named `what` in the error.
 pub(crate) fn write_json(out: impl Write, value: &impl serde::Serialize, what: &str) -> Result<(), Error> {
-    writer::to_writer(out, value)
+    json::writer::to_writer(out, value)
         .map_err(|error| Error::new(ErrorCode::Internal, format!("the {what} cannot be written: {error}")))
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value as Json;
 
 use crate::grammar::{self, CAMEL_PATTERN, NAME_PATTERN, PREFIX_PATTERN};
 use crate::kinds::{Descriptor, Field, FieldType, Identity, Part, RESERVED, Removal};
-use crate::state::Value;
+use crate::value::Value;
 
 /// The most fields a plugin kind may have.
 pub const MAX_FIELDS: usize = 64;

@@ -3,7 +3,7 @@
 use std::fmt::{self, Write};
 
 use crate::kinds::{Descriptor, FieldType, Part};
-use crate::state::Value;
+use crate::value::Value;
 
 /// `n vcpus`, `1 gpu`: a count with its unit, plural unless it is one.
 fn count(out: &mut impl Write, number: u64, unit: &str) -> fmt::Result {

@@ -5,25 +5,24 @@
 //! plan's reading in allocations.
 //!
 //! It only ever says yes or no: malformed JSON, a key twice in one object, a control
-//! character or any other problem makes it give up, and the reader of `document.rs`
-//! reads the request again and reports every problem, exactly as it always has.
+//! character or any other problem makes it give up, and the reader of `parser.rs`
+//! reads the request again and reports every problem, exactly as it always has. Both
+//! read through the same [`Parser`], so a key, a field or a member is checked one way.
 
 use serde::de::DeserializeSeed;
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::cursor::Cursor;
-use super::{
-    Document, MOVED, PlanRequest, Problems, Section, Strings, check_key, parse_member, parse_moves, section_kind,
-    text_value,
-};
+use super::parser::Parser;
+use super::request::{Document, MOVED, PlanRequest, Section};
 use crate::json::Strict;
 use crate::kinds::{Catalog, FieldType};
-use crate::state::{StringMap, Value};
+use crate::value::{StringMap, Value};
 
 /// The request, if it is valid as a whole.
 pub(super) fn valid_request(catalog: &Catalog, text: &str, plan_hash_allowed: bool) -> Option<PlanRequest> {
-    let mut reader = Reader { catalog, plan_hash_allowed, strict: Strict::default(), strings: Strings::default() };
+    let mut reader = Reader { parser: Parser::new(catalog, plan_hash_allowed), strict: Strict::default() };
     let mut cursor = Cursor::new(text);
     let request = reader.request(&mut cursor)?;
     cursor.end()?;
@@ -35,10 +34,9 @@ pub(super) fn valid_request(catalog: &Catalog, text: &str, plan_hash_allowed: bo
 const MEMBER_DEPTH: usize = 2;
 
 struct Reader<'a> {
-    catalog: &'a Catalog,
-    plan_hash_allowed: bool,
+    /// The checks of the reporting reader; any problem it finds makes this one give up.
+    parser: Parser<'a>,
     strict: Strict,
-    strings: Strings,
 }
 
 /// `key`, unless `seen` (the keys of its object so far) holds it.
@@ -53,8 +51,7 @@ fn fresh<'t>(key: Cow<'t, str>, seen: &mut Vec<Cow<'t, str>>) -> Option<Cow<'t, 
 impl Reader<'_> {
     /// `{"document", "prune"?, "planHash"?, "overrides"?, "heal"?}`.
     fn request(&mut self, cursor: &mut Cursor<'_>) -> Option<PlanRequest> {
-        let mut request = PlanRequest::new(self.catalog);
-        let mut problems = Problems::default();
+        let mut request = PlanRequest::new(self.parser.catalog);
         let mut seen = Vec::new();
         cursor.object(|cursor, key| {
             let key = fresh(key, &mut seen)?;
@@ -62,11 +59,11 @@ impl Reader<'_> {
                 request.document = self.document(cursor)?;
             } else {
                 let value = self.whole(cursor)?;
-                parse_member(&mut request, &key, &value, self.plan_hash_allowed, &mut problems);
+                self.parser.member(&mut request, &key, &value);
             }
             Some(())
         })?;
-        (problems.is_empty() && seen.iter().any(|key| key == "document")).then_some(request)
+        (self.parser.problems.is_empty() && seen.iter().any(|key| key == "document")).then_some(request)
     }
 
     /// A value read whole, as the reporting reader reads it.
@@ -79,35 +76,31 @@ impl Reader<'_> {
 
     /// The FleetConfig: its sections, and `moved`.
     fn document(&mut self, cursor: &mut Cursor<'_>) -> Option<Document> {
-        let catalog = self.catalog;
-        let mut document = Document::new(catalog);
-        let mut problems = Problems::default();
+        let mut document = Document::new(self.parser.catalog);
         let mut seen = Vec::new();
         cursor.object(|cursor, section| {
             let section = fresh(section, &mut seen)?;
             if section == MOVED {
                 let moved = self.whole(cursor)?;
-                document.moved = parse_moves(catalog, &moved, &mut problems);
+                document.moved = self.parser.moves(&moved);
             } else {
-                let kind = section_kind(catalog, &section, &mut problems)?;
+                let kind = self.parser.section_kind(&section)?;
                 document.sections[kind] = self.section(cursor, kind)?;
             }
-            problems.is_empty().then_some(())
+            self.parser.problems.is_empty().then_some(())
         })?;
         Some(document)
     }
 
     /// A section's objects by key, each read straight into its values.
     fn section(&mut self, cursor: &mut Cursor<'_>, kind: usize) -> Option<Section> {
-        let catalog = self.catalog;
-        let mut problems = Problems::default();
         let mut objects = Vec::new();
         cursor.object(|cursor, key| {
-            if !check_key(catalog, kind, &key, &mut problems) {
+            if !self.parser.check_key(kind, &key) {
                 return None;
             }
             let values = self.object(cursor, kind)?;
-            objects.push((self.strings.get(&key), values));
+            objects.push((self.parser.strings.get(&key), values));
             Some(())
         })?;
         // Documents mostly list a section's objects in key order (an export does, as does
@@ -126,8 +119,7 @@ impl Reader<'_> {
 
     /// An object of a kind: every field, in descriptor order, the omitted ones defaulted.
     fn object(&mut self, cursor: &mut Cursor<'_>, kind: usize) -> Option<Arc<[Value]>> {
-        let catalog = self.catalog;
-        let descriptor = catalog.get(kind);
+        let descriptor = self.parser.catalog.get(kind);
         let (fields, alphabetical) = (descriptor.fields, descriptor.alphabetical());
         // Made whole at once and filled in place; a placeholder until a field is read.
         let mut values: Arc<[Value]> = fields.iter().map(|_| Value::Count(0)).collect();
@@ -169,7 +161,7 @@ impl Reader<'_> {
 
     /// The value of field `position` of `kind`.
     fn field(&mut self, cursor: &mut Cursor<'_>, kind: usize, position: usize) -> Option<Value> {
-        let field = &self.catalog.get(kind).fields[position];
+        let field = &self.parser.catalog.get(kind).fields[position];
         match field.ty {
             FieldType::Count => cursor.count().map(Value::Count),
             FieldType::Bool => cursor.bool().map(Value::Bool),
@@ -183,7 +175,7 @@ impl Reader<'_> {
             }
             FieldType::String | FieldType::Name | FieldType::Ref(_) => {
                 let text = cursor.string()?;
-                text_value(self.catalog, kind, position, &text, &mut self.strings).ok()
+                self.parser.text_value(kind, position, &text).ok()
             }
         }
     }

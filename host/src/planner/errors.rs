@@ -8,7 +8,7 @@ use super::compute::fleet::types;
 use crate::api::{ApiError, Code};
 
 /// The SPEC §2 codes and the WIT's, one to one: one table read both ways, as the
-/// planner's component reads its own (`guest/src/component.rs`).
+/// planner's component reads its own (`guest/src/component/glue.rs`).
 const CODES: [(Code, types::ErrorCode); 15] = [
     (Code::InvalidArgument, types::ErrorCode::InvalidArgument),
     (Code::Unauthenticated, types::ErrorCode::Unauthenticated),

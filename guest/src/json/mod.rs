@@ -7,6 +7,13 @@
 //! `Value` visitor costs: the JSON pointer of a problem is collected only while an error
 //! unwinds, and strings are searched for control characters as they are read, with the
 //! paths found by a second walk only when one was seen.
+//!
+//! JSON leaves the planner through `writer.rs`, with strings escaped by `escape.rs` and
+//! the plan hash's input checked canonical by `canonical.rs`.
+
+pub(crate) mod canonical;
+pub(crate) mod escape;
+pub(crate) mod writer;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;

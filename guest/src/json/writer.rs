@@ -1,21 +1,21 @@
 //! JSON text out: every result and the plan hash's canonical JSON, written by a
 //! serializer of our own that writes what serde_json's compact serializer writes, byte
 //! for byte, and can check as it writes that a value is canonical (RFC 8785) as it
-//! stands.
+//! stands (`canonical.rs`).
 //!
-//! serde_json looks up every byte of every string in an escape table, one at a time,
-//! and its `Formatter` has no hook before that loop; in the sandbox it was a quarter of
-//! a create's instructions (each string is written twice: the result and the hash's
-//! input). Here strings are searched for what needs escaping and copied eight bytes at a
-//! time, into a buffer of our own that the sink is handed in chunks, and the member
-//! order check compares most names as one number. `writer::tests` hold it to
-//! serde_json's text and to the RFC 8785 reference implementation.
+//! serde_json's serializer writes strings a byte at a time (`escape.rs` says why that
+//! was slow and writes them eight bytes at a time instead); here they go into a buffer
+//! of our own that the sink is handed in chunks. `writer::tests` hold it to serde_json's
+//! text and to the RFC 8785 reference implementation.
 
 use std::fmt::{self, Display};
 use std::io::{self, Write};
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
+
+use super::canonical::{Canonical, Check, NotCanonical, Plain};
+use super::escape::{push_contents, push_string};
 
 /// How much is gathered before the sink is given it: each piece costs a sink that is an
 /// import (the result, the host's SHA-256) a call, and a string of a few bytes written
@@ -47,15 +47,6 @@ pub(crate) fn to_writer_if_canonical<T: Serialize + ?Sized>(sink: impl Write, va
         Err(WriteError::NotCanonical) => Ok(false),
         Err(error) => Err(error),
     }
-}
-
-/// Writes `text` as a JSON string, with serde_json's escapes (which are also JCS's):
-/// `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00xx` for the other control characters
-/// below U+0020, and nothing else escaped.
-pub(crate) fn string(sink: &mut impl Write, text: &str) -> io::Result<()> {
-    let mut out = Vec::with_capacity(text.len() + 2);
-    push_string(&mut out, text);
-    sink.write_all(&out)
 }
 
 /// Why a value was not written.
@@ -93,260 +84,10 @@ impl From<io::Error> for WriteError {
     }
 }
 
-/// Appends `text` as a JSON string (see [`string`]).
-fn push_string(out: &mut Vec<u8>, text: &str) {
-    out.reserve(text.len() + 2);
-    out.push(b'"');
-    push_contents(out, text.as_bytes());
-    out.push(b'"');
-}
-
-/// Appends the string contents of `text` (UTF-8), escaped. Each word is searched and,
-/// clean, copied as one eight-byte store, the last few bytes too (padded, the padding
-/// dropped again): a copy of a length only known when it runs is a call to `memcpy`,
-/// which in the sandbox is a call out of the guest (`memory.copy`), and a byte at a time
-/// costs more than a word; most strings in a plan are a word or two long.
-fn push_contents(out: &mut Vec<u8>, text: &[u8]) {
-    let (words, rest) = text.as_chunks::<8>();
-    for (index, word) in words.iter().enumerate() {
-        if let Some(offset) = flagged(u64::from_le_bytes(*word)) {
-            return push_escaped(out, &text[index * 8..], offset);
-        }
-        out.extend_from_slice(word);
+impl From<NotCanonical> for WriteError {
+    fn from(_: NotCanonical) -> Self {
+        WriteError::NotCanonical
     }
-    if rest.is_empty() {
-        return;
-    }
-    // The last few bytes, as the low bytes of a word whose others are spaces (which no
-    // string escapes).
-    let shift = 8 * rest.len() as u32;
-    let last = match text.last_chunk::<8>() {
-        // The word that ends the string, which begins with bytes already appended.
-        Some(ending) => u64::from_le_bytes(*ending) >> (64 - shift),
-        None => rest.iter().rev().fold(0, |word, &byte| word << 8 | u64::from(byte)),
-    };
-    let padded = last | (ONES * u64::from(b' ')) << shift;
-    if let Some(offset) = flagged(padded) {
-        return push_escaped(out, rest, offset);
-    }
-    out.extend_from_slice(&padded.to_le_bytes());
-    out.truncate(out.len() - (8 - rest.len()));
-}
-
-/// Appends `text`, whose first escaped byte is at `at`, escaped: rare in a plan, so
-/// apart from the common path.
-#[cold]
-#[inline(never)]
-fn push_escaped(out: &mut Vec<u8>, text: &[u8], at: usize) {
-    let (clean, mut rest) = text.split_at(at);
-    out.extend_from_slice(clean);
-    while let Some((&byte, after)) = rest.split_first() {
-        push_escape(out, byte);
-        let clean = after.iter().position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
-        let (run, next) = after.split_at(clean.unwrap_or(after.len()));
-        out.extend_from_slice(run);
-        rest = next;
-    }
-}
-
-const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-const HIGHS: u64 = ONES * 0x80;
-
-/// The position of the first byte of `word` (eight bytes, little-endian) that a JSON
-/// string escapes: a control character below U+0020, `"` or `\\`. A byte below 0x20
-/// borrows when 0x20 is taken from it, a byte equal to `"` is zero once `"` is xored
-/// out, and the lowest byte so flagged is always one of them (a borrow only carries
-/// upwards).
-#[inline(always)]
-fn flagged(word: u64) -> Option<usize> {
-    let control = word.wrapping_sub(ONES * 0x20) & !word;
-    let quote = word ^ (ONES * u64::from(b'"'));
-    let backslash = word ^ (ONES * u64::from(b'\\'));
-    let zero = |word: u64| word.wrapping_sub(ONES) & !word;
-    let found = (control | zero(quote) | zero(backslash)) & HIGHS;
-    (found != 0).then(|| found.trailing_zeros() as usize / 8)
-}
-
-/// Appends the escape of one byte that is escaped.
-fn push_escape(out: &mut Vec<u8>, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let short = match byte {
-        b'"' => b'"',
-        b'\\' => b'\\',
-        0x08 => b'b',
-        0x0c => b'f',
-        b'\n' => b'n',
-        b'\r' => b'r',
-        b'\t' => b't',
-        _ => {
-            let unicode = [b'\\', b'u', b'0', b'0', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]];
-            return out.extend_from_slice(&unicode);
-        }
-    };
-    out.extend_from_slice(&[b'\\', short]);
-}
-
-/// What the serializer checks as it writes: nothing, or that the value is canonical.
-trait Check {
-    fn begin_object(&mut self);
-    fn end_object(&mut self);
-    /// The name of the next member of the innermost open object.
-    fn name(&mut self, name: &str, first: bool) -> Result<(), WriteError>;
-    /// An integer of this magnitude is written.
-    fn integer(&mut self, magnitude: u128) -> Result<(), WriteError>;
-    /// A number with a fraction (any float) is written.
-    fn fraction(&mut self) -> Result<(), WriteError>;
-}
-
-/// No checks: serde_json's compact output.
-struct Plain;
-
-impl Check for Plain {
-    #[inline(always)]
-    fn begin_object(&mut self) {}
-    #[inline(always)]
-    fn end_object(&mut self) {}
-    #[inline(always)]
-    fn name(&mut self, _name: &str, _first: bool) -> Result<(), WriteError> {
-        Ok(())
-    }
-    #[inline(always)]
-    fn integer(&mut self, _magnitude: u128) -> Result<(), WriteError> {
-        Ok(())
-    }
-    #[inline(always)]
-    fn fraction(&mut self) -> Result<(), WriteError> {
-        Ok(())
-    }
-}
-
-/// serde_json's compact output is JCS for strings and integers; what JCS adds is member
-/// order by UTF-16 code units and ECMAScript number formatting, which only fractions
-/// and integers past 2^53 need. This check stops at the first member out of order and
-/// at any such number.
-#[derive(Default)]
-struct Canonical {
-    /// Per open object, outermost first: the name of its last member so far.
-    previous: Vec<Name>,
-    depth: usize,
-}
-
-/// Whether an integer of this magnitude is written by JCS as serde_json writes it: up to
-/// 2^53 integers are exact as IEEE doubles, which is how JCS reads every number; larger
-/// ones are written as their nearest double (found by the fuzzer).
-pub(crate) fn is_exact(magnitude: u128) -> bool {
-    magnitude <= 1 << 53
-}
-
-impl Check for Canonical {
-    fn begin_object(&mut self) {
-        self.depth += 1;
-        if self.previous.len() < self.depth {
-            self.previous.push(Name::default());
-        }
-    }
-
-    fn end_object(&mut self) {
-        self.depth -= 1;
-    }
-
-    fn name(&mut self, name: &str, first: bool) -> Result<(), WriteError> {
-        let previous = &mut self.previous[self.depth - 1];
-        let (name, head) = (name.as_bytes(), Name::head(name.as_bytes()));
-        if !first && !previous.less(name, head) {
-            return Err(WriteError::NotCanonical);
-        }
-        previous.set(name, head);
-        Ok(())
-    }
-
-    fn integer(&mut self, magnitude: u128) -> Result<(), WriteError> {
-        if is_exact(magnitude) { Ok(()) } else { Err(WriteError::NotCanonical) }
-    }
-
-    fn fraction(&mut self) -> Result<(), WriteError> {
-        Err(WriteError::NotCanonical)
-    }
-}
-
-/// A member's name as the order check keeps it: its first eight bytes as one big-endian
-/// word (zeros after a shorter name), so that most names compare as one number, and the
-/// bytes after them, copied only for longer names.
-#[derive(Default)]
-struct Name {
-    head: u64,
-    length: usize,
-    tail: Vec<u8>,
-}
-
-impl Name {
-    fn head(name: &[u8]) -> u64 {
-        match name.first_chunk::<8>() {
-            Some(head) => u64::from_be_bytes(*head),
-            // Zero bytes after the name; none is a shift by 64, and zero.
-            None => {
-                let word = name.iter().fold(0, |word: u64, &byte| word << 8 | u64::from(byte));
-                word.checked_shl(64 - 8 * name.len() as u32).unwrap_or(0)
-            }
-        }
-    }
-
-    fn set(&mut self, name: &[u8], head: u64) {
-        self.head = head;
-        self.length = name.len();
-        self.tail.clear();
-        if let Some(tail) = name.get(8..) {
-            self.tail.extend_from_slice(tail);
-        }
-    }
-
-    /// Whether this name sorts before `name`, whose [`Name::head`] is `head`, as
-    /// [`utf16_less`] says. Where the heads differ, a padding zero sorts first as the end
-    /// of a shorter name does; where they are equal, a name of eight bytes or fewer is a
-    /// beginning of the other or the same.
-    fn less(&self, name: &[u8], head: u64) -> bool {
-        if self.head != head {
-            let shift = 56 - (self.head ^ head).leading_zeros() / 8 * 8;
-            return byte_less((self.head >> shift) as u8, (head >> shift) as u8);
-        }
-        if self.length <= 8 && name.len() <= 8 {
-            return self.length < name.len();
-        }
-        utf16_less(&self.tail, name.get(8..).unwrap_or_default())
-    }
-}
-
-/// Whether `left` sorts before `right` by UTF-16 code units, as JCS orders names. Their
-/// UTF-8 bytes sort the same way, except where the first characters that differ are one
-/// above U+FFFF (a surrogate pair in UTF-16, lead byte F0–F4) and one in U+E000–U+FFFF
-/// (lead byte EE or EF): there the surrogate sorts first.
-fn utf16_less(left: &[u8], right: &[u8]) -> bool {
-    let at = mismatch(left, right);
-    match (left.get(at), right.get(at)) {
-        (Some(&one), Some(&other)) => byte_less(one, other),
-        (left, right) => left.is_none() && right.is_some(),
-    }
-}
-
-/// Whether a name whose first differing byte is `left` sorts before one whose is `right`
-/// (see [`utf16_less`]).
-fn byte_less(left: u8, right: u8) -> bool {
-    if left >= 0xee && right >= 0xee && (left >= 0xf0) != (right >= 0xf0) { left >= 0xf0 } else { left < right }
-}
-
-/// The position of the first byte at which `left` and `right` differ, or the length of
-/// the shorter when one begins the other; eight bytes at a time.
-fn mismatch(left: &[u8], right: &[u8]) -> usize {
-    let (left_words, right_words) = (left.as_chunks::<8>().0, right.as_chunks::<8>().0);
-    for (index, (one, other)) in left_words.iter().zip(right_words).enumerate() {
-        let differ = u64::from_le_bytes(*one) ^ u64::from_le_bytes(*other);
-        if differ != 0 {
-            return index * 8 + differ.trailing_zeros() as usize / 8;
-        }
-    }
-    let start = left_words.len().min(right_words.len()) * 8;
-    let rest = left[start..].iter().zip(&right[start..]).position(|(one, other)| one != other);
-    start + rest.unwrap_or(left.len().min(right.len()) - start)
 }
 
 struct Serializer<W, C> {
@@ -829,80 +570,6 @@ impl<W: Write, C: Check> ser::Serializer for Key<'_, W, C> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// Every byte at every position of a word is flagged when JSON escapes it (a later
-    /// escaped byte, or a byte just above one, does not hide it), and no other.
-    #[test]
-    fn the_word_search_finds_the_first_escaped_byte() {
-        let escaped = |byte: u8| byte < 0x20 || byte == b'"' || byte == b'\\';
-        for position in 0..8 {
-            for byte in 0..=255u8 {
-                for later in [b'a', b'"', 0x00, 0x20, 0xff] {
-                    let mut word = [b'a'; 8];
-                    word[position] = byte;
-                    word[(position + 1).min(7)..].fill(later);
-                    let expected = word.iter().position(|&byte| escaped(byte));
-                    assert_eq!(flagged(u64::from_le_bytes(word)), expected, "{word:?}");
-                }
-            }
-        }
-    }
-
-    /// Strings of every length around a few words, with one character of every kind at
-    /// every position and a quote after it, are written as serde_json writes them.
-    #[test]
-    fn strings_are_escaped_as_serde_json_escapes_them() {
-        let characters = (0..=0x7f_u8).map(char::from).chain(['é', '\u{80}', '\u{2028}', '\u{ffff}', '😀']);
-        for character in characters {
-            for length in 0..20 {
-                for position in 0..length {
-                    let mut text: Vec<char> = vec!['a'; length];
-                    text[position] = character;
-                    if position + 2 < length {
-                        text[position + 2] = '"';
-                    }
-                    let text: String = text.into_iter().collect();
-                    let mut ours = Vec::new();
-                    push_string(&mut ours, &text);
-                    assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&text).unwrap());
-                }
-            }
-        }
-    }
-
-    /// Names sort as their UTF-16 code units do, wherever they first differ.
-    #[test]
-    fn names_sort_by_utf16_code_units() {
-        let names = [
-            "",
-            "a",
-            "ab",
-            "abcdefgh",
-            "abcdefghi",
-            "abcdefgz",
-            "b",
-            "é",
-            "\u{e000}",
-            "\u{ffff}",
-            "\u{1f600}",
-            "\u{10000}",
-            "\u{d7ff}",
-            "abcdefgh\u{e000}",
-            "abcdefgh\u{1f600}",
-            "x\u{e000}y",
-            "x\u{1f600}",
-        ];
-        for left in names {
-            for right in names {
-                let expected = left.encode_utf16().lt(right.encode_utf16());
-                assert_eq!(utf16_less(left.as_bytes(), right.as_bytes()), expected, "{left:?} < {right:?}");
-                let mut previous = Name::default();
-                previous.set(left.as_bytes(), Name::head(left.as_bytes()));
-                let (right, head) = (right.as_bytes(), Name::head(right.as_bytes()));
-                assert_eq!(previous.less(right, head), expected, "{left:?} < {right:?} by heads");
-            }
-        }
-    }
 
     fn json() -> impl Strategy<Value = serde_json::Value> {
         let text = "[ -~\\x00-\\x1f\\x7f\u{e9}\u{2028}\u{e000}\u{1f600}\"\\\\]{0,24}";

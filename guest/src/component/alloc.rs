@@ -1,4 +1,4 @@
-//! The component's allocator: small blocks from free lists ([`crate::blocks`]), the
+//! The component's allocator: small blocks from free lists ([`super::blocks`]), the
 //! rest from talc over a static arena, then over linear memory grown in steps of
 //! [`STEP`].
 //!
@@ -21,7 +21,7 @@ use talc::cell::TalcCell;
 use talc::source::Source;
 use talc::wasm::WasmBinning;
 
-use crate::blocks::Blocks;
+use super::blocks::Blocks;
 
 /// The heap every instance starts with; requests that need more grow memory.
 const ARENA: usize = 256 << 10;

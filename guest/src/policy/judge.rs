@@ -8,9 +8,10 @@ use regorus::Value as Rego;
 use crate::document::PlanRequest;
 use crate::estate::Estate;
 use crate::kinds::Descriptor;
-use crate::plan::{Action, Change, Plan};
+use crate::plan::output::{Action, Change, Plan};
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
-use crate::state::{Object, Value};
+use crate::state::Object;
+use crate::value::Value;
 use crate::{Error, Host};
 
 /// The judgement of the policies in force on `plan`, or none when there are none.

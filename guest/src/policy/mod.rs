@@ -5,7 +5,8 @@
 //! A policy is one Rego v1 module; its package's `deny` and `warn` rules, sets of
 //! strings or of `{"msg", "kind"?, "key"?}` objects, judge `input`. The input is built
 //! from the planner's own values, never through JSON text, and only the members a
-//! policy in force names are built at all (`input.estate` is the costly one).
+//! policy in force names are built at all (`input.estate` is the costly one):
+//! `judge.rs` builds a plan's input and judges it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,7 +16,10 @@ use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 use crate::grammar::is_name;
+use crate::value::Value;
 use crate::{Error, ErrorCode, Host};
+
+pub(crate) mod judge;
 
 /// The largest policy source: a guardrail is a page of rules, not a program.
 pub const MAX_SOURCE_BYTES: usize = 64 * 1024;
@@ -524,8 +528,7 @@ impl Values {
         self.names.entry(key).or_insert_with(|| Rego::from(name)).clone()
     }
 
-    pub(crate) fn value(&mut self, value: &crate::state::Value) -> Rego {
-        use crate::state::Value;
+    pub(crate) fn value(&mut self, value: &Value) -> Rego {
         match value {
             Value::Text(text) => Rego::from(&**text),
             Value::Count(count) => Rego::from(*count),
