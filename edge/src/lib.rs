@@ -380,10 +380,7 @@ mod tests {
     /// origin: the edge answers what the planner answers, policies' verdicts included.
     #[test]
     fn every_golden_plan_comes_out_of_the_edge_unchanged() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
-        let mut cases = 0;
-        for case in std::fs::read_dir(root).unwrap() {
-            let case = case.unwrap().path();
+        for case in fleet_guest::golden::cases() {
             let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap();
             let (state, request) = (read("state.json"), read("request.json"));
             let answer = post("/api/compute/fleet/plan", &request, &reply(200, &state));
@@ -393,9 +390,7 @@ mod tests {
                 Err(error) => error.envelope().to_string().into_bytes(),
             };
             assert_eq!(String::from_utf8_lossy(&answer.body), String::from_utf8_lossy(&planned), "{case:?}");
-            cases += 1;
         }
-        assert!(cases >= 26, "{cases} golden cases");
     }
 
     #[test]

@@ -10,6 +10,9 @@ mod document;
 pub mod error;
 mod estate;
 mod export;
+/// The golden cases, for the tests that replay them (never compiled into the component).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod golden;
 pub mod grammar;
 pub mod grants;
 mod hash;

@@ -42,29 +42,79 @@ pub struct PluginField {
     pub immutable: bool,
 }
 
+/// A field's type as a plugin's descriptor states it (SPEC §10): a type by its name, a
+/// `ref` with the kind it names. The names on the wire are [`TYPE_NAMES`], the one place
+/// that spells them, for the planner and the host alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclaredType<'a> {
+    String,
+    Name,
+    Count,
+    Bool,
+    Map,
+    Ref(&'a str),
+}
+
+/// The field types' names in a descriptor's JSON form, in the order of [`DeclaredType`].
+pub const TYPE_NAMES: [&str; 6] = ["string", "name", "count", "bool", "map", "ref"];
+
+impl<'a> DeclaredType<'a> {
+    /// The type's name and, for a `ref`, the kind it names.
+    pub fn wire(self) -> (&'static str, Option<&'a str>) {
+        let (position, target) = match self {
+            DeclaredType::String => (0, None),
+            DeclaredType::Name => (1, None),
+            DeclaredType::Count => (2, None),
+            DeclaredType::Bool => (3, None),
+            DeclaredType::Map => (4, None),
+            DeclaredType::Ref(kind) => (5, Some(kind)),
+        };
+        (TYPE_NAMES[position], target)
+    }
+
+    /// The type a descriptor names, if it names one; a `ref` needs the kind it names.
+    pub fn parse(name: &str, target: Option<&'a str>) -> Option<DeclaredType<'a>> {
+        let position = TYPE_NAMES.iter().position(|known| *known == name)?;
+        Some(match (position, target) {
+            (0, None) => DeclaredType::String,
+            (1, None) => DeclaredType::Name,
+            (2, None) => DeclaredType::Count,
+            (3, None) => DeclaredType::Bool,
+            (4, None) => DeclaredType::Map,
+            (5, Some(kind)) => DeclaredType::Ref(kind),
+            _ => return None,
+        })
+    }
+}
+
+impl From<FieldType> for DeclaredType<'static> {
+    fn from(ty: FieldType) -> DeclaredType<'static> {
+        match ty {
+            FieldType::String => DeclaredType::String,
+            FieldType::Name => DeclaredType::Name,
+            FieldType::Count => DeclaredType::Count,
+            FieldType::Bool => DeclaredType::Bool,
+            FieldType::Map => DeclaredType::Map,
+            FieldType::Ref(kind) => DeclaredType::Ref(kind),
+        }
+    }
+}
+
+impl PluginField {
+    /// A field of a descriptor's JSON form.
+    pub fn new(name: String, ty: DeclaredType<'_>, required: bool, immutable: bool) -> PluginField {
+        let (ty, target) = ty.wire();
+        PluginField { name, ty: ty.to_owned(), target: target.map(str::to_owned), required, immutable }
+    }
+}
+
 impl PluginKind {
     /// The JSON form of a plugin kind's descriptor.
     pub fn of(descriptor: &Descriptor) -> PluginKind {
         let fields = descriptor
             .fields
             .iter()
-            .map(|field| {
-                let (ty, target) = match field.ty {
-                    FieldType::String => ("string", None),
-                    FieldType::Name => ("name", None),
-                    FieldType::Count => ("count", None),
-                    FieldType::Bool => ("bool", None),
-                    FieldType::Map => ("map", None),
-                    FieldType::Ref(kind) => ("ref", Some(kind.to_owned())),
-                };
-                PluginField {
-                    name: field.name.to_owned(),
-                    ty: ty.to_owned(),
-                    target,
-                    required: field.required,
-                    immutable: field.immutable,
-                }
-            })
+            .map(|field| PluginField::new(field.name.to_owned(), field.ty.into(), field.required, field.immutable))
             .collect();
         PluginKind {
             group: descriptor.group.to_owned(),
@@ -116,19 +166,21 @@ impl PluginKind {
             expect(&mut problems, !self.fields[..position].iter().any(|earlier| earlier.name == *name), &|| {
                 format!("field {name:?} is declared twice")
             });
-            let ty = match (field.ty.as_str(), &field.target) {
-                ("string", None) => FieldType::String,
-                ("name", None) => FieldType::Name,
-                ("count", None) => FieldType::Count,
-                ("bool", None) => FieldType::Bool,
-                ("map", None) => FieldType::Map,
-                ("ref", Some(kind)) if grammar::is_camel(kind) => FieldType::Ref(leak(kind)),
-                ("ref", _) => {
+            let ty = match DeclaredType::parse(&field.ty, field.target.as_deref()) {
+                Some(DeclaredType::String) => FieldType::String,
+                Some(DeclaredType::Name) => FieldType::Name,
+                Some(DeclaredType::Count) => FieldType::Count,
+                Some(DeclaredType::Bool) => FieldType::Bool,
+                Some(DeclaredType::Map) => FieldType::Map,
+                Some(DeclaredType::Ref(kind)) if grammar::is_camel(kind) => FieldType::Ref(leak(kind)),
+                _ if field.ty == TYPE_NAMES[5] => {
                     problems.push(format!("field {name:?} references {:?}, which is not a kind name", field.target));
                     continue;
                 }
-                (ty, _) => {
-                    problems.push(format!("field {name:?} has no type {ty:?} (string, name, count, bool, map or ref)"));
+                _ => {
+                    let ty = &field.ty;
+                    let known = format!("{} or {}", TYPE_NAMES[..5].join(", "), TYPE_NAMES[5]);
+                    problems.push(format!("field {name:?} has no type {ty:?} ({known})"));
                     continue;
                 }
             };

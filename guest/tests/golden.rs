@@ -3,21 +3,10 @@
 //! pretty-printed; an error as `{"error": {...}}`), and optionally `export.json` (what
 //! `export` returns for that state). `BLESS=1 cargo test` rewrites the expected files.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fleet_guest::{Error, Snapshot};
 use serde_json::{Value, json};
-
-fn cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plans");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .expect("tests/plans is readable")
-        .map(|entry| entry.expect("a readable entry").path())
-        .filter(|path| path.is_dir())
-        .collect();
-    cases.sort();
-    cases
-}
 
 /// The JSON a result stands for: the output, or `{"error": {...}}`.
 fn as_json(result: Result<String, Error>) -> Value {
@@ -65,8 +54,7 @@ fn check(case: &Path, failures: &mut Vec<String>) {
 #[test]
 fn golden_plans() {
     let mut failures = Vec::new();
-    let cases = cases();
-    assert!(cases.len() >= 20, "the golden cases are in tests/plans");
+    let cases = fleet_guest::golden::cases();
     for case in &cases {
         check(case, &mut failures);
     }

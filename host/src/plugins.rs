@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use fleet_guest::Catalog;
 use fleet_guest::kinds::{Descriptor, Removal};
-use fleet_guest::plugins::{Finding, PluginField, PluginKind, Subject};
+use fleet_guest::plugins::{DeclaredType, Finding, PluginField, PluginKind, Subject};
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, Store, Trap};
 
@@ -343,21 +343,15 @@ fn form(descriptor: types::Descriptor) -> PluginKind {
         .fields
         .into_iter()
         .map(|field| {
-            let (ty, target) = match field.type_ {
-                types::FieldType::String => ("string", None),
-                types::FieldType::Name => ("name", None),
-                types::FieldType::Count => ("count", None),
-                types::FieldType::Bool => ("bool", None),
-                types::FieldType::Map => ("map", None),
-                types::FieldType::Ref(kind) => ("ref", Some(kind)),
+            let ty = match &field.type_ {
+                types::FieldType::String => DeclaredType::String,
+                types::FieldType::Name => DeclaredType::Name,
+                types::FieldType::Count => DeclaredType::Count,
+                types::FieldType::Bool => DeclaredType::Bool,
+                types::FieldType::Map => DeclaredType::Map,
+                types::FieldType::Ref(kind) => DeclaredType::Ref(kind),
             };
-            PluginField {
-                name: field.name,
-                ty: ty.into(),
-                target,
-                required: field.required,
-                immutable: field.immutable,
-            }
+            PluginField::new(field.name, ty, field.required, field.immutable)
         })
         .collect();
     PluginKind {

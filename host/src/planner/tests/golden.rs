@@ -3,7 +3,6 @@
 //! answers, byte for byte, and what the case expects. Also the planner's own limits:
 //! its stack and its allocator at the memory budget.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleet_guest::Snapshot;
@@ -12,14 +11,6 @@ use serde_json::Value;
 use super::super::*;
 use crate::calls::auth::Grant;
 use crate::testing::{Database, planner_cache};
-
-fn cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/tests/plans");
-    let mut cases: Vec<PathBuf> =
-        std::fs::read_dir(root).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.is_dir()).collect();
-    cases.sort();
-    cases
-}
 
 fn as_body(result: Result<String, ApiError>) -> (Value, Option<String>) {
     match result {
@@ -32,8 +23,7 @@ fn as_body(result: Result<String, ApiError>) -> (Value, Option<String>) {
 fn golden_plans_match_through_the_component() {
     let database = Database::new();
     let sandbox = planner(Budget::default());
-    let cases = cases();
-    assert!(cases.len() >= 20, "the golden cases are in guest/tests/plans");
+    let cases = fleet_guest::golden::cases();
     let mut failures = Vec::new();
     for case in &cases {
         let request = std::fs::read_to_string(case.join("request.json")).unwrap();
