@@ -12,6 +12,7 @@ import { forgetPlan, mountPlan, showTenantInPlan } from './plan.js';
 import { renderStatus, showEvents } from './status.js';
 import { mountEstate, renderEstate, renderObject } from './estate.js';
 import { mountHistory, renderHistory } from './history.js';
+import { mountProposals, renderProposals } from './proposals.js';
 import { renderCapacity } from './capacity.js';
 
 /** After each read of the tenant: who is signed in, and the plan view's planner over the new snapshot. */
@@ -58,7 +59,8 @@ function signOut() {
   stream = null;
   // Nothing of the tenant stays in the page for whoever signs in next.
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
-  for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to']) {
+  for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to',
+    'proposal-list', 'proposal']) {
     $(id).replaceChildren();
   }
   for (const id of ['who', 'live', 'estate-count', 'shown', 'object-title']) $(id).textContent = '';
@@ -109,7 +111,7 @@ function route() {
 }
 
 /** The views, as the URL's fragment names them (`#estate/pool` is the estate's). */
-const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'history', 'capacity']);
+const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'proposals', 'history', 'capacity']);
 
 /** The view on screen, to tell a redraw from a change of view. */
 let shownView = null;
@@ -118,6 +120,7 @@ async function render(view, rest) {
   if (view === 'status') renderStatus(tenant.status, recent);
   else if (view === 'estate') renderEstate(rest[0]);
   else if (view === 'object') await renderObject(rest[0], rest[1]);
+  else if (view === 'proposals') await renderProposals(rest[0]);
   else if (view === 'history') await renderHistory();
   else if (view === 'capacity') renderCapacity(tenant.document);
 }
@@ -228,6 +231,7 @@ function init() {
   mountPlan();
   mountEstate();
   mountHistory();
+  mountProposals();
   onTenantRead(showTenant);
   const kept = keptToken();
   if (kept) signIn(kept);

@@ -230,7 +230,7 @@ function leftAloneLines(leftAlone) {
 function renderPlan(plan, text) {
   $('errors').hidden = true;
   const counts = Object.entries(plan.summary)
-    .filter(([name, count]) => count > 0 && !['unchanged', 'blocked', 'denied', 'warnings'].includes(name))
+    .filter(([name, count]) => count > 0 && !['unchanged', 'blocked', 'denied', 'warnings', 'approvalRequired'].includes(name))
     .map(([name, count]) => `${count} to ${name}`);
   const calls = plan.calls.length;
   const parts = [
@@ -243,6 +243,7 @@ function renderPlan(plan, text) {
   $('left-alone').textContent = leftAlone.join(' ');
   if (plan.summary.blocked) parts.push(`${plan.summary.blocked} blocked`);
   if (plan.summary.denied) parts.push(`${plan.summary.denied} denied`);
+  if (plan.summary.approvalRequired) parts.push(`${plan.summary.approvalRequired} requiring approval`);
   if (plan.summary.warnings) parts.push(plural(plan.summary.warnings, 'warning'));
   parts.push(plural(calls, 'call'));
   $('summary').textContent = parts.join(' · ');
@@ -262,14 +263,21 @@ function renderPlan(plan, text) {
 
   renderVerdicts(plan.policy);
   const denied = (plan.summary.denied ?? 0) > 0;
+  const needsApproval = (plan.summary.approvalRequired ?? 0) > 0;
   $('plan-hash').textContent = plan.planHash;
   $('plan-json').textContent = text;
-  $('apply').disabled = session.busy || plan.blocked.length > 0 || denied;
+  $('apply').disabled = session.busy || plan.blocked.length > 0 || denied || needsApproval;
   $('apply').title = plan.blocked.length
     ? 'the plan has blocked changes'
     : denied
       ? 'policies deny the plan; a mandatory one can be overridden with fleet apply --override'
-      : `apply ${plural(calls, 'call')} with this plan hash`;
+      : needsApproval
+        ? 'policies require approval: propose this plan and have it reviewed'
+        : `apply ${plural(calls, 'call')} with this plan hash`;
+  // Enforced denials cannot be proposed; mandatory ones can, overridden at apply.
+  const enforced = (plan.policy?.verdicts ?? []).some((verdict) => verdict.rule === 'deny' && verdict.level === 'enforced');
+  $('propose').disabled = session.busy || plan.blocked.length > 0 || enforced || calls === 0;
+  $('propose').title = calls === 0 ? 'nothing to propose' : 'keep this plan as a proposal, for others to review';
 }
 
 /**
@@ -301,28 +309,35 @@ export function changeRows(changes, order) {
 }
 
 /**
- * The verdicts of the policies in force (SPEC §14), as the CLI prints them: `!` for a
- * denial of a mandatory or enforced policy, `?` for a warning (an advisory denial too).
+ * The verdicts of the policies in force (SPEC §14, §17), as the CLI prints them: `!` for
+ * a denial of a mandatory or enforced policy, `=` for an approval it requires, `?` for a
+ * warning (an advisory denial or approval too).
  */
-function renderVerdicts(policy) {
-  const box = $('verdicts');
+export function renderVerdicts(policy, box = $('verdicts')) {
   const verdicts = policy?.verdicts ?? [];
   box.hidden = verdicts.length === 0;
   box.replaceChildren();
   if (!verdicts.length) return;
   const list = element('ul');
   let denials = 0;
+  let approvals = 0;
   for (const verdict of verdicts) {
-    const denies = verdict.rule === 'deny' && verdict.level !== 'advisory';
+    const binding = verdict.level !== 'advisory';
+    const denies = binding && verdict.rule === 'deny';
+    const approval = binding && verdict.rule === 'require_approval';
     if (denies) denials += 1;
+    if (approval) approvals += 1;
     const object = [verdict.kind, verdict.key].filter(Boolean).join(' ');
-    list.append(element('li', { class: denies ? 'denied' : 'warning' },
-      `${denies ? '!' : '?'} policy `, element('code', {}, verdict.policy), ` (${verdict.level}): ${verdict.message}`,
+    const [mark, kind] = denies ? ['!', 'denied'] : approval ? ['=', 'approval'] : ['?', 'warning'];
+    list.append(element('li', { class: kind },
+      `${mark} policy `, element('code', {}, verdict.policy), ` (${verdict.level}): ${verdict.message}`,
       object ? element('span', { class: 'object' }, ` (${object})`) : ''));
   }
   const heading = denials
     ? `Denied by policy: apply is refused (${plural(denials, 'denial')})`
-    : 'Policy warnings';
+    : approvals
+      ? `Approval required: propose this plan and have it reviewed (${plural(approvals, 'verdict')})`
+      : 'Policy warnings';
   box.className = `verdicts${denials ? ' denied' : ''}`;
   box.append(element('h4', {}, heading), list);
 }
@@ -346,6 +361,7 @@ function showPlanError(error) {
   $('plan-json').textContent = '';
   $('timing').textContent = '';
   $('apply').disabled = true;
+  $('propose').disabled = true;
 }
 
 function showOutcome(ok, title, detail) {
@@ -458,6 +474,52 @@ async function apply() {
   }
 }
 
+/**
+ * Keeps the plan on screen as a proposal (SPEC §17): the very bytes planned, with a
+ * title, planned again by the server; then the Proposals view shows it.
+ */
+async function propose() {
+  if (!session.plan || session.busy) return;
+  const title = window.prompt('What is this change for? (the proposal\'s title)', '');
+  if (title === null) return;
+  session.busy = true;
+  $('propose').disabled = true;
+  const request = `${session.request.slice(0, -1)}, "title": ${JSON.stringify(title.slice(0, 200))}}`;
+  try {
+    const { proposal } = await api('proposals/create', request);
+    session.intent = null;
+    showOutcome(true, `Proposed as #${proposal.number}${proposal.approved ? ', approved' : ''}.`,
+      'Another principal reviews it in the Proposals view; once approved, it is applied from there.');
+    location.hash = `#proposals/${proposal.number}`;
+  } catch (error) {
+    if (error instanceof SignedOut) return;
+    if (error instanceof ApiFailure) {
+      const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
+      showOutcome(false, error.explained, detail);
+    } else {
+      showNotice(explain(error));
+    }
+  } finally {
+    session.busy = false;
+    replan();
+  }
+}
+
+/**
+ * Whether a proposal is approved, as the planner in this page judges it (SPEC §17): its
+ * document planned with the proposal; none without a planner.
+ */
+export function judgeProposal(document, prune, proposal) {
+  if (!session.planner) return null;
+  const { number, author, title, reviews } = proposal;
+  const request = JSON.stringify({ document, prune, proposal: { number, author, title, reviews } });
+  try {
+    return JSON.parse(session.planner.plan(request)).approval ?? null;
+  } catch {
+    return null;
+  }
+}
+
 /** Reads a dropped or chosen file into the editor. */
 async function openFile(file) {
   if (!file) return;
@@ -472,6 +534,7 @@ export function mountPlan() {
   });
   $('prune').addEventListener('change', replan);
   $('apply').addEventListener('click', apply);
+  $('propose').addEventListener('click', propose);
   $('reset').addEventListener('click', () => {
     planDocument(exportedText(), false);
     session.pristine = true;

@@ -6,7 +6,7 @@
 // planner. The same module runs in Node.js (the tests) and in the page.
 
 /** The version of the `compute:fleet` WIT package the component implements. */
-const WIT_VERSION = '0.8.0';
+const WIT_VERSION = '0.9.0';
 
 /** The transpiled component's file names (`jco transpile --name fleet_planner`). */
 export const COMPONENT_JS = 'fleet_planner.js';
@@ -232,6 +232,8 @@ export function adapters(snapshot, plugins = new Map(), output = new Output()) {
     snapshot: () => state.slice(),
     // The page has no budget to name a policy for: nothing to do.
     judging: () => {},
+    // Plans only: apply is not run here.
+    approval: () => 'verdicts',
   };
   const methods = {
     invoke: (method) => ({

@@ -31,6 +31,7 @@ STATE_RULES = {
     "/api/compute/preview/check",
     "/api/compute/fleet/plan",
     "/api/compute/fleet/apply",
+    "/api/compute/proposals/create",
 }
 
 # What a document's renames may be refused for, by comparing them (docs/decisions/0016).

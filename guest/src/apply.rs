@@ -1,5 +1,6 @@
-//! Apply, guest side (SPEC §6.3): plan, check the hash and blocked changes, then run
-//! every call through the host, stopping at the first error.
+//! Apply, guest side (SPEC §6.3): plan, check the hash, blocked changes, denials and
+//! the approval the host's gate asks for (§17), then run every call through the host,
+//! stopping at the first error.
 
 use serde::Serialize;
 
@@ -51,12 +52,41 @@ pub(crate) fn apply(
         );
     }
     let overrides = overridden(plan, &request.overrides, caller)?;
+    gate(plan, host.approval_gate())?;
     let mut applied = 0;
     for call in &plan.calls {
         host.invoke(&call.method.to_string(), &call.invoke_input()?)?;
         applied += 1;
     }
     crate::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")
+}
+
+/// What an apply must have before its calls run (SPEC §17), as the host decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalGate {
+    /// A plan with binding `require_approval` verdicts needs a proposal.
+    Verdicts,
+    /// Every plan with calls needs a proposal (`fleet serve --require-approval`).
+    EveryChange,
+    /// Nothing more: the apply of an approved proposal, or a heal.
+    None,
+}
+
+/// `APPROVAL_REQUIRED` when the gate holds the plan back.
+fn gate(plan: &Plan, gate: ApprovalGate) -> Result<(), Error> {
+    let verdicts: Vec<&Verdict> = plan.policy.iter().flat_map(|judgement| judgement.approvals()).collect();
+    let message = match gate {
+        ApprovalGate::None => return Ok(()),
+        ApprovalGate::EveryChange if !plan.calls.is_empty() => {
+            "this deployment applies changes only through approved proposals; propose the plan (fleet propose) and have it reviewed; nothing was applied".to_owned()
+        }
+        _ if verdicts.is_empty() => return Ok(()),
+        _ => format!(
+            "policies require approval of the plan ({}); propose it (fleet propose) and have it reviewed; nothing was applied",
+            verdicts.iter().map(|verdict| verdict.message.as_str()).collect::<Vec<_>>().join("; ")
+        ),
+    };
+    Err(Error::new(ErrorCode::ApprovalRequired, message).with_details(serde_json::json!({ "verdicts": verdicts })))
 }
 
 /// The overrides that let the plan's denials through, or `POLICY_DENIED`: every denial

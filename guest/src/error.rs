@@ -14,6 +14,7 @@ pub enum ErrorCode {
     InvalidState,
     ConfigDrift,
     PolicyDenied,
+    ApprovalRequired,
     PayloadTooLarge,
     ResourceExhausted,
     Unsupported,
@@ -23,7 +24,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of SPEC §2's table.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
@@ -34,6 +35,7 @@ impl ErrorCode {
         ErrorCode::InvalidState,
         ErrorCode::ConfigDrift,
         ErrorCode::PolicyDenied,
+        ErrorCode::ApprovalRequired,
         ErrorCode::PayloadTooLarge,
         ErrorCode::ResourceExhausted,
         ErrorCode::Unsupported,
@@ -54,6 +56,7 @@ impl ErrorCode {
             ErrorCode::InvalidState => "INVALID_STATE",
             ErrorCode::ConfigDrift => "CONFIG_DRIFT",
             ErrorCode::PolicyDenied => "POLICY_DENIED",
+            ErrorCode::ApprovalRequired => "APPROVAL_REQUIRED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
             ErrorCode::Unsupported => "UNSUPPORTED",
@@ -74,7 +77,8 @@ impl ErrorCode {
             | ErrorCode::FailedPrecondition
             | ErrorCode::InvalidState
             | ErrorCode::ConfigDrift
-            | ErrorCode::PolicyDenied => 409,
+            | ErrorCode::PolicyDenied
+            | ErrorCode::ApprovalRequired => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::ResourceExhausted => 429,
             ErrorCode::Unsupported => 501,

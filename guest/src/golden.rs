@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The fewest cases there are: fewer means the folder was not found or lost cases.
-pub const MINIMUM: usize = 33;
+pub const MINIMUM: usize = 34;
 
 /// Every case's folder, sorted by name.
 pub fn cases() -> Vec<PathBuf> {

@@ -34,6 +34,7 @@ pub use policy::{Level, Policy};
 pub use state::{Binding, Caller, Object, Snapshot};
 pub use value::Value;
 
+pub use apply::ApprovalGate;
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 pub use hash::{HostSha256, idempotency_key};
@@ -63,6 +64,11 @@ pub trait Host {
     /// Told before each policy runs, and `""` once they are done, so that a host whose
     /// budget a policy exhausts can name it (SPEC §14). Nothing by default.
     fn judging(&self, _policy: &str) {}
+    /// What an apply must have before it runs its calls (SPEC §17). By default, plans
+    /// with binding `require_approval` verdicts are refused.
+    fn approval_gate(&self) -> ApprovalGate {
+        ApprovalGate::Verdicts
+    }
     /// A SHA-256 the host computes faster than the planner can (the CPU's SHA
     /// instructions, which WebAssembly lacks). None by default: the planner computes its
     /// digests itself, and they are the same.

@@ -64,6 +64,8 @@ pub struct Config {
     pub plugin_budget: Budget,
     /// The deployment's policies (SPEC §14), `LEVEL:FILE.rego` each, loaded at start.
     pub policies: Vec<String>,
+    /// Every plan with calls is applied through an approved proposal (SPEC §17).
+    pub require_approval: bool,
 }
 
 impl Config {
@@ -85,6 +87,7 @@ impl Config {
             plugins: Vec::new(),
             plugin_budget: crate::plugins::default_budget(),
             policies: Vec::new(),
+            require_approval: false,
         }
     }
 }
@@ -133,6 +136,7 @@ impl Core {
             wake: wake.clone(),
             drift_interval: config.drift_interval,
             read_only: config.read_only,
+            require_approval: config.require_approval,
         });
         let (checks, asking) = drift::checks();
         let registry = registry(&modules, &planning, checks, &policies);

@@ -17,9 +17,27 @@ pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
 /// fleet.drift restored a revision that heals (SPEC §15).
 pub const HEALED: &str = "fleet.healed";
-/// Every event type fleet publishes (the proposals' and webhooks' join them as they
-/// come), for the metrics to count from zero.
-pub const TYPES: [&str; 3] = [DRIFTED, CONVERGED, HEALED];
+/// A proposal's life (SPEC §17).
+pub const PROPOSAL_OPENED: &str = "proposal.opened";
+pub const PROPOSAL_REVIEWED: &str = "proposal.reviewed";
+pub const PROPOSAL_APPROVED: &str = "proposal.approved";
+pub const PROPOSAL_REJECTED: &str = "proposal.rejected";
+pub const PROPOSAL_APPLIED: &str = "proposal.applied";
+pub const PROPOSAL_STALE: &str = "proposal.stale";
+pub const PROPOSAL_WITHDRAWN: &str = "proposal.withdrawn";
+/// Every event type fleet publishes, for the metrics to count from zero.
+pub const TYPES: [&str; 10] = [
+    DRIFTED,
+    CONVERGED,
+    HEALED,
+    PROPOSAL_OPENED,
+    PROPOSAL_REVIEWED,
+    PROPOSAL_APPROVED,
+    PROPOSAL_REJECTED,
+    PROPOSAL_APPLIED,
+    PROPOSAL_STALE,
+    PROPOSAL_WITHDRAWN,
+];
 
 /// Wakes this process's event streams when events were committed (those of other
 /// replicas are woken by `NOTIFY`).

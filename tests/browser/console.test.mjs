@@ -1,7 +1,7 @@
 // The console end to end (SPEC §16), in headless Chromium against the real binary:
 // sign-in and sign-out, the estate with plugin kinds, filter, sort and an object's
 // audit history and drift, the status updated live from the event stream, history with
-// difference and rollback, capacity per owner, no string ever run as markup, no serious
+// difference and rollback, proposals proposed, reviewed and applied, capacity per owner, no string ever run as markup, no serious
 // accessibility violation (axe-core), and a 10,000-object estate. Screenshots of every
 // view go to target/artifacts/console-*.png (docs/console/ keeps a copy).
 
@@ -230,6 +230,48 @@ test('history: revisions, the difference between two, and a rollback planned fir
   assert.deepEqual(problems, []);
 });
 
+test('proposals: the Plan view proposes, another principal approves with a comment, and the proposal applies', async () => {
+  const author = server.tenantWithToken('prop', 'paula');
+  const created = server.admin('token', 'create', '--tenant', 'prop', '--principal', 'rex', '--grant', 'compute:*:* @ *');
+  const reviewer = created.trim().split('\n').at(-1).trim();
+  await server.ok(author, 'fleet/apply', { document: estate() });
+  const changed = estate();
+  changed.pools['gpu-a'].gpus = 80;
+
+  // The author plans in the browser and proposes instead of applying.
+  const { page, problems } = await signIn(browser, server, author, '#plan');
+  await page.fill('#document', JSON.stringify(changed, null, 2));
+  await page.locator('#summary', { hasText: '1 to update' }).waitFor();
+  const hash = await page.locator('#plan-hash').textContent();
+  page.once('dialog', (dialog) => dialog.accept('gpu-a to 80 GPUs'));
+  await page.click('#propose');
+  await page.waitForFunction(() => document.body.dataset.view === 'proposals');
+  await page.locator('#proposal-title', { hasText: '#1 gpu-a to 80 GPUs' }).waitFor();
+  await page.locator('#proposal-approval', { hasText: 'Not approved by the default rule' }).waitFor();
+  assert.equal(await page.locator('#approve').count(), 0, 'the author does not review');
+  assert.equal(await page.locator('#withdraw').count(), 1);
+  assert.equal(await page.locator('#proposal .hash code').textContent(), hash, 'the plan proposed is the plan shown');
+  assert.equal((await server.ok(author, 'fleet/status', {})).applied.revision, 1, 'nothing applied by proposing');
+
+  // Another principal reviews it with a comment, then applies it.
+  const second = await signIn(browser, server, reviewer, '#proposals/1');
+  await second.page.locator('#proposal-title', { hasText: '#1' }).waitFor();
+  await second.page.fill('#review-comment', 'capacity is there');
+  await second.page.click('#approve');
+  await second.page.locator('#proposal-outcome', { hasText: 'the proposal is approved' }).waitFor();
+  await second.page.locator('#proposal .reviews', { hasText: 'rex approved' }).waitFor();
+  assert.deepEqual(await violations(second.page), []);
+  await shot(second.page, 'proposals');
+  second.page.once('dialog', (dialog) => dialog.accept());
+  await second.page.click('#apply-proposal');
+  await second.page.locator('#proposal-outcome', { hasText: 'Applied 1 call' }).waitFor();
+  await second.page.locator('#proposal-standing', { hasText: 'applied as revision 2' }).waitFor();
+  const history = await server.ok(author, 'fleet/history', {});
+  assert.equal(history.revisions[0].proposal, 1);
+  assert.equal(history.revisions[0].planHash, hash);
+  assert.deepEqual([...problems, ...second.problems], []);
+});
+
 test('capacity: per owner, quota against owned pools and offers, with an overcommit marked in words', async () => {
   const { page, problems } = await signIn(browser, server, token);
   await go(page, 'capacity');
@@ -294,9 +336,10 @@ test('no string reaches the DOM as markup: a planted <img onerror> stays text in
 test('every view passes axe-core with no serious or critical violation', async () => {
   const { page, problems } = await signIn(browser, server, token);
   const found = {};
-  for (const view of ['status', 'estate', 'plan', 'history', 'capacity']) {
+  for (const view of ['status', 'estate', 'plan', 'proposals', 'history', 'capacity']) {
     await go(page, view);
     if (view === 'plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+    if (view === 'proposals') await page.locator('#proposal-list > *').first().waitFor();
     if (view === 'history') await page.locator('#revision-table').waitFor();
     found[view] = await violations(page);
   }
@@ -306,7 +349,9 @@ test('every view passes axe-core with no serious or critical violation', async (
   await page.click('#sign-out');
   found['sign-in'] = await violations(page);
   await shot(page, 'sign-in');
-  assert.deepEqual(found, { status: [], estate: [], plan: [], history: [], capacity: [], object: [], 'sign-in': [] });
+  assert.deepEqual(found, {
+    status: [], estate: [], plan: [], proposals: [], history: [], capacity: [], object: [], 'sign-in': [],
+  });
   // Every control is reachable by keyboard: the first Tab lands on the skip link, then the form.
   await page.reload();
   await page.keyboard.press('Tab');
@@ -362,7 +407,7 @@ test('every view fits a 1280×800 screen and a 390×844 phone: nothing scrolls s
   const found = {};
   for (const [width, height] of [[1280, 800], [390, 844]]) {
     await page.setViewportSize({ width, height });
-    for (const view of ['status', 'estate', 'object', 'plan', 'history', 'capacity']) {
+    for (const view of ['status', 'estate', 'object', 'plan', 'proposals', 'history', 'capacity']) {
       if (view === 'object') {
         await page.evaluate(() => { location.hash = '#object/pool/gpu-a'; });
         await page.locator('#object-audit table').waitFor();
@@ -370,6 +415,7 @@ test('every view fits a 1280×800 screen and a 390×844 phone: nothing scrolls s
         await go(page, view);
       }
       if (view === 'plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
+      if (view === 'proposals') await page.locator('#proposal-list > *').first().waitFor();
       if (view === 'history') await page.locator('#revision-table').waitFor();
       const problemsHere = await page.evaluate(layoutProblems);
       const wrong = problemsHere.sideways > 0 || problemsHere.outside.length || problemsHere.overlapping.length;

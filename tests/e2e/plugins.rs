@@ -334,7 +334,7 @@ fn a_plugin_that_cannot_be_loaded_stops_serve_naming_the_file_and_the_reason() {
     let cases: [(&[&str], &str, &str); 10] = [
         (&[&text], &text, "is not a WebAssembly component"),
         (&[&core], &core, "is a core WebAssembly module, not a component"),
-        (&[&planner], &planner, "it is not a module plugin: it exports compute:fleet/planner@0.8.0"),
+        (&[&planner], &planner, "it is not a module plugin: it exports compute:fleet/planner@0.9.0"),
         (&[&newer], &newer, "it is a plugin of compute:module@0.2.0, and this host loads compute:module@0.1.x"),
         (&[&camel], &camel, "its descriptor is invalid: kind \"Hazard\" does not match ^[a-z][a-zA-Z0-9]{0,62}$"),
         (&[&reserved], &reserved, "field \"createdAt\" is reserved"),

@@ -3,6 +3,7 @@
 // `support::postgres()` tells which. A file per area of SPEC.md.
 
 mod api; // §2, §8
+mod approvals; // §17
 mod auth; // §3, §9's admin commands
 mod caches; // docs/decisions/0010
 mod cli; // §9

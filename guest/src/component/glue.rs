@@ -9,7 +9,7 @@ use compute::fleet::{digest, methods, output, plugins, state, types};
 use exports::compute::fleet::planner::Guest;
 
 use crate::plugins::{Finding, Subject};
-use crate::{Caller, Catalog, Error, ErrorCode, Host, HostSha256, Snapshot};
+use crate::{ApprovalGate, Caller, Catalog, Error, ErrorCode, Host, HostSha256, Snapshot};
 
 struct Component;
 
@@ -86,6 +86,14 @@ impl Host for Imports {
             .collect())
     }
 
+    fn approval_gate(&self) -> ApprovalGate {
+        match state::approval() {
+            state::ApprovalGate::Verdicts => ApprovalGate::Verdicts,
+            state::ApprovalGate::EveryChange => ApprovalGate::EveryChange,
+            state::ApprovalGate::None => ApprovalGate::None,
+        }
+    }
+
     fn sha256(&self) -> Option<Box<dyn HostSha256>> {
         digest::has_sha256().then(|| Box::new(ImportedSha256) as Box<dyn HostSha256>)
     }
@@ -107,7 +115,7 @@ impl HostSha256 for ImportedSha256 {
     }
 }
 
-const CODES: [(ErrorCode, types::ErrorCode); 15] = [
+const CODES: [(ErrorCode, types::ErrorCode); 16] = [
     (ErrorCode::InvalidArgument, types::ErrorCode::InvalidArgument),
     (ErrorCode::Unauthenticated, types::ErrorCode::Unauthenticated),
     (ErrorCode::PermissionDenied, types::ErrorCode::PermissionDenied),
@@ -118,6 +126,7 @@ const CODES: [(ErrorCode, types::ErrorCode); 15] = [
     (ErrorCode::InvalidState, types::ErrorCode::InvalidState),
     (ErrorCode::ConfigDrift, types::ErrorCode::ConfigDrift),
     (ErrorCode::PolicyDenied, types::ErrorCode::PolicyDenied),
+    (ErrorCode::ApprovalRequired, types::ErrorCode::ApprovalRequired),
     (ErrorCode::PayloadTooLarge, types::ErrorCode::PayloadTooLarge),
     (ErrorCode::ResourceExhausted, types::ErrorCode::ResourceExhausted),
     (ErrorCode::Unsupported, types::ErrorCode::Unsupported),

@@ -14,7 +14,7 @@ mod request;
 mod streamed;
 
 pub(crate) use filled::FilledDocument;
-pub(crate) use request::{Document, Move, Override, PlanRequest, Problems};
+pub(crate) use request::{Document, Move, Override, PlanRequest, Problems, Proposal, ReviewVerdict};
 pub use request::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 
 use serde_json::{Map, Value as Json};

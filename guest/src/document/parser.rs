@@ -9,7 +9,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Map, Value as Json};
 
-use super::request::{Document, MOVED, Move, Override, PLAN_HASH_FORM, PlanRequest, Problems, is_plan_hash};
+use super::request::{
+    Document, MOVED, Move, Override, PLAN_HASH_FORM, PROPOSAL_FORM, PlanRequest, Problems, is_plan_hash,
+};
 use crate::grammar::{NAME_PATTERN, is_name};
 use crate::json::{self, MAX_COUNT, pointer};
 use crate::kinds::{Catalog, FieldType, RESERVED, with_article};
@@ -79,6 +81,10 @@ impl<'c> Parser<'c> {
                 _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
             },
             "overrides" if self.plan_hash_allowed => parsed.overrides = self.overrides(value),
+            "proposal" if !self.plan_hash_allowed => match serde_json::from_value(value.clone()) {
+                Ok(proposal) => parsed.proposal = Some(Box::new(proposal)),
+                Err(_) => problems.push(pointer(&["proposal"]), PROPOSAL_FORM),
+            },
             // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
             // host's to keep; the plan is the same either way.
             "heal" if self.plan_hash_allowed => {

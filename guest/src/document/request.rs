@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Problem;
 use crate::kinds::Catalog;
@@ -58,6 +58,49 @@ pub(crate) struct PlanRequest {
     pub(crate) plan_hash: Option<String>,
     /// Apply only: the mandatory policies whose denials the caller overrides (SPEC §14).
     pub(crate) overrides: Vec<Override>,
+    /// Plan only: the proposal whose approval the plan reports (SPEC §17).
+    pub(crate) proposal: Option<Box<Proposal>>,
+}
+
+/// A proposal as the host keeps it, for the approval rules' `input.proposal`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Proposal {
+    #[serde(deserialize_with = "count")]
+    pub(crate) number: u64,
+    pub(crate) author: String,
+    #[serde(default)]
+    pub(crate) title: String,
+    #[serde(default)]
+    pub(crate) reviews: Vec<Review>,
+}
+
+/// A count as JSON may write it (`3`, `3.0`), as every count of a request is read.
+fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    crate::json::count_of_number(&number).ok_or_else(|| serde::de::Error::custom("not a count"))
+}
+
+/// What a plan request's `proposal` must be.
+pub(crate) const PROPOSAL_FORM: &str = "must be {\"number\", \"author\", \"title\"?, \"reviews\"?: [{\"principal\", \"verdict\": \"approve\" | \"reject\", \"comment\"?, \"at\"?}]}";
+
+/// A principal's review of a proposal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Review {
+    pub(crate) principal: String,
+    pub(crate) verdict: ReviewVerdict,
+    #[serde(default)]
+    pub(crate) comment: String,
+    #[serde(default)]
+    pub(crate) at: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ReviewVerdict {
+    Approve,
+    Reject,
 }
 
 /// An override of a mandatory policy's denials, with the reason the audit trail keeps.
@@ -114,6 +157,12 @@ pub fn is_plan_hash(text: &str) -> bool {
 
 impl PlanRequest {
     pub(crate) fn new(catalog: &Catalog) -> PlanRequest {
-        PlanRequest { document: Document::new(catalog), prune: false, plan_hash: None, overrides: Vec::new() }
+        PlanRequest {
+            document: Document::new(catalog),
+            prune: false,
+            plan_hash: None,
+            overrides: Vec::new(),
+            proposal: None,
+        }
     }
 }

@@ -30,8 +30,9 @@ pub(super) fn valid_request(catalog: &Catalog, text: &str, plan_hash_allowed: bo
 }
 
 /// How deep a member read whole may nest: `overrides` and `moved` are arrays of
-/// objects of strings, so no deeper one is valid.
-const MEMBER_DEPTH: usize = 2;
+/// objects of strings, and a `proposal`'s `reviews` one level deeper, so no deeper one
+/// is valid.
+const MEMBER_DEPTH: usize = 3;
 
 struct Reader<'a> {
     /// The checks of the reporting reader; any problem it finds makes this one give up.

@@ -67,10 +67,11 @@ pub(crate) fn plan(
     }
     planner.prune(&mut plan, request.prune);
     plan.summary.blocked = plan.blocked.len();
-    plan.policy = crate::policy::judge::judge(estate, request, &plan, host)?;
+    (plan.policy, plan.approval) = crate::policy::judge::judge(estate, request, &plan, host)?;
     if let Some(judgement) = &plan.policy {
         plan.summary.denied = Some(judgement.denied());
         plan.summary.warnings = Some(judgement.warnings());
+        plan.summary.approval_required = Some(judgement.approval_required());
     }
     plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan), host.sha256())?;
     Ok(plan)

@@ -11,6 +11,7 @@ use crate::hash::IdempotencyKey;
 use crate::json::writer;
 use crate::kinds::{Descriptor, FieldType, Method};
 use crate::policy::Judgement;
+use crate::policy::approval::Approval;
 use crate::text;
 use crate::value::Value;
 use crate::{Error, ErrorCode};
@@ -284,6 +285,10 @@ pub(crate) struct Summary {
     /// With policies in force: their warnings, advisory denials included.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) warnings: Option<usize>,
+    /// With policies in force: their `require_approval` verdicts that keep the plan
+    /// from a direct apply (SPEC §17).
+    #[serde(rename = "approvalRequired", skip_serializing_if = "Option::is_none")]
+    pub(crate) approval_required: Option<usize>,
 }
 
 /// A live object the document leaves out and a plan without `prune` leaves alone, with
@@ -309,5 +314,8 @@ pub(crate) struct Plan {
     /// The verdicts of the policies in force; none when there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) policy: Option<Judgement>,
+    /// With a proposal in the request: whether it is approved (not hashed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) approval: Option<Approval>,
     pub(crate) plan_hash: String,
 }

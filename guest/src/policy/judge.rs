@@ -9,25 +9,37 @@ use crate::document::PlanRequest;
 use crate::estate::Estate;
 use crate::kinds::Descriptor;
 use crate::plan::output::{Action, Change, Plan};
+use crate::policy::approval::{self, Approval};
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
 use crate::state::Object;
 use crate::value::Value;
 use crate::{Error, Host};
 
-/// The judgement of the policies in force on `plan`, or none when there are none.
+/// The judgement of the policies in force on `plan` (none when there are none) and,
+/// when the request names a proposal, its approval (SPEC §17). The verdicts never see
+/// the proposal, so a plan hashes the same with one or without.
 pub(crate) fn judge(
     estate: &Estate,
     request: &PlanRequest,
     plan: &Plan,
     host: &dyn Host,
-) -> Result<Option<Judgement>, Error> {
+) -> Result<(Option<Judgement>, Option<Approval>), Error> {
+    let proposal = request.proposal.as_deref();
     if estate.policies.is_empty() {
-        return Ok(None);
+        let approval = proposal
+            .map(|proposal| approval::by_default(proposal, Vec::new(), approval::reviewers_rejections(proposal)));
+        return Ok((None, approval));
     }
     let mut compiled = policy::compile_all(&estate.policies)?;
     let reads = compiled.iter().fold(Reads::default(), |reads, compiled: &Compiled| reads.union(compiled.reads));
-    let input = input(estate, request, plan, reads)?;
-    Ok(Some(policy::judge(&estate.policies, &mut compiled, &input, host)))
+    let mut input = input(estate, request, plan, reads)?;
+    let judgement = policy::judge(&estate.policies, &mut compiled, &input, host);
+    let Some(proposal) = proposal else { return Ok((Some(judgement), None)) };
+    if let Ok(members) = input.as_object_mut() {
+        members.insert(Rego::from("proposal"), policy::from_serialize(proposal)?);
+    }
+    let approval = approval::judge(&estate.policies, &mut compiled, &input, proposal, host);
+    Ok((Some(judgement), Some(approval)))
 }
 
 /// `input` of SPEC §14, with the members `reads` names.

@@ -2,8 +2,9 @@
 //! with `regorus` built without clock, randomness or I/O, so that every host of the
 //! planner reaches the same verdicts on the same plan.
 //!
-//! A policy is one Rego v1 module; its package's `deny` and `warn` rules, sets of
-//! strings or of `{"msg", "kind"?, "key"?}` objects, judge `input`. The input is built
+//! A policy is one Rego v1 module; its package's `deny`, `warn` and `require_approval`
+//! rules, sets of strings or of `{"msg", "kind"?, "key"?}` objects, judge `input`; its
+//! `approve` and `reject` rules judge a proposal (`approval.rs`, SPEC §17). The input is built
 //! from the planner's own values, never through JSON text, and only the members a
 //! policy in force names are built at all (`input.estate` is the costly one):
 //! `judge.rs` builds a plan's input and judges it.
@@ -19,6 +20,7 @@ use crate::grammar::is_name;
 use crate::value::Value;
 use crate::{Error, ErrorCode, Host};
 
+pub(crate) mod approval;
 pub(crate) mod judge;
 
 /// The largest policy source: a guardrail is a page of rules, not a program.
@@ -290,19 +292,27 @@ fn one_line(text: &str) -> String {
     safe(&lines.join(" "))
 }
 
-/// Which rule a verdict comes from.
+/// Which rule a verdict comes from. Verdicts sort by rule last, so a rule added at the
+/// end orders the others as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
 pub(crate) enum RuleName {
+    #[serde(rename = "deny")]
     Deny,
+    #[serde(rename = "warn")]
     Warn,
+    /// The plan must be proposed and approved before it applies (SPEC §17).
+    #[serde(rename = "require_approval")]
+    RequireApproval,
 }
 
 impl RuleName {
+    const JUDGING: [RuleName; 3] = [RuleName::Deny, RuleName::Warn, RuleName::RequireApproval];
+
     fn as_str(self) -> &'static str {
         match self {
             RuleName::Deny => "deny",
             RuleName::Warn => "warn",
+            RuleName::RequireApproval => "require_approval",
         }
     }
 }
@@ -325,6 +335,12 @@ impl Verdict {
     pub(crate) fn denies(&self) -> bool {
         self.rule == RuleName::Deny && self.level != Level::Advisory
     }
+
+    /// Whether it keeps the plan from a direct apply: a `require_approval` of a
+    /// mandatory or enforced policy (an advisory one's is a warning).
+    pub(crate) fn requires_approval(&self) -> bool {
+        self.rule == RuleName::RequireApproval && self.level != Level::Advisory
+    }
 }
 
 /// The plan's `policy`: the digest of the policies in force and their verdicts.
@@ -341,8 +357,18 @@ impl Judgement {
         self.verdicts.iter().filter(|verdict| verdict.denies()).count()
     }
 
+    /// Verdicts that bind nothing: warnings, and advisory denials and approvals.
     pub(crate) fn warnings(&self) -> usize {
-        self.verdicts.len() - self.denied()
+        self.verdicts.len() - self.denied() - self.approval_required()
+    }
+
+    pub(crate) fn approval_required(&self) -> usize {
+        self.verdicts.iter().filter(|verdict| verdict.requires_approval()).count()
+    }
+
+    /// The verdicts that keep the plan from a direct apply.
+    pub(crate) fn approvals(&self) -> impl Iterator<Item = &Verdict> {
+        self.verdicts.iter().filter(|verdict| verdict.requires_approval())
     }
 }
 
@@ -445,7 +471,7 @@ pub(crate) fn judge(policies: &[Policy], compiled: &mut [Compiled], input: &Rego
     for (policy, compiled) in policies.iter().zip(compiled.iter_mut()) {
         host.judging(&policy.name);
         compiled.engine.set_input(input.clone());
-        for rule in [RuleName::Deny, RuleName::Warn] {
+        for rule in RuleName::JUDGING {
             if !compiled.defined.contains(rule.as_str()) {
                 continue;
             }
@@ -479,7 +505,8 @@ pub(crate) fn judge(policies: &[Policy], compiled: &mut [Compiled], input: &Rego
 
 type Message = (Option<String>, Option<String>, String);
 
-/// The messages of a `deny` or `warn` rule: a set (or array) of strings or of
+/// The messages of a `deny`, `warn` or `require_approval` rule (or of `approve` and
+/// `reject`): a set (or array) of strings or of
 /// `{"msg", "kind"?, "key"?}` objects. Anything else is the policy's error.
 fn messages(value: &Rego) -> Result<Vec<Message>, String> {
     let items: Vec<&Rego> = match value {

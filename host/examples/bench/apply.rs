@@ -1,5 +1,6 @@
-//! The large apply, through the real path, and history (issue 27): a page of a tenant's
-//! 10,000 earlier revisions, and the same apply in a tenant that keeps them.
+//! The large apply, through the real path; the same apply as an approved proposal
+//! (issue 52); and history (issue 27): a page of a tenant's 10,000 earlier revisions,
+//! and the same apply in a tenant that keeps them.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,26 @@ pub async fn large(server: &Server, document: &Value) -> Result<Duration> {
         bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
     }
     Ok(apply)
+}
+
+/// The large document proposed in the `proposals` tenant and approved (untimed), then
+/// applied as the proposal: the `proposal_apply_ms` figure.
+pub async fn proposal(server: &Server, document: &Value) -> Result<Value> {
+    let objects = count(document);
+    let (author, reviewer) = (&server.tokens.proposals, &server.tokens.reviewer);
+    let created = server.post_group(author, "proposals/create", json!({"document": document}).to_string()).await?;
+    let number = serde_json::from_str::<Value>(&created)?["proposal"]["number"].clone();
+    let review = json!({"number": number, "verdict": "approve"}).to_string();
+    server.post_group(reviewer, "proposals/review", review).await?;
+    let body = json!({"proposal": number}).to_string();
+    let started = Instant::now();
+    let applied = server.post_as(author, "apply", body).await?;
+    let apply = started.elapsed();
+    let applied: Value = serde_json::from_str(&applied)?;
+    if applied["applied"].as_u64() != Some(objects as u64) {
+        bail!("the proposal's apply ran {} calls for {objects} objects", applied["applied"]);
+    }
+    Ok(json!({"proposal_apply_ms": ms(apply)}))
 }
 
 /// A page of 100 revisions of 10,000 (the median of `runs`), and the apply of `document` in a tenant

@@ -29,12 +29,15 @@ pub struct Server {
 
 /// A token of every permission for each tenant: `bench` holds the large estate,
 /// `small` the demo estate, `plugins` an estate half of plugin objects, `history` one
-/// with 10,000 earlier revisions.
+/// with 10,000 earlier revisions, `proposals` the large estate applied as a proposal
+/// (`reviewer` reviews it there).
 pub struct Tokens {
     pub bench: String,
     pub small: String,
     pub plugins: String,
     pub history: String,
+    pub proposals: String,
+    pub reviewer: String,
 }
 
 /// The tenants' time of creation.
@@ -63,6 +66,8 @@ impl Server {
                 small: token("small")?,
                 plugins: token("plugins")?,
                 history: token("history")?,
+                proposals: token("proposals")?,
+                reviewer: auth::create_token(&db, "proposals", "bob", &["compute:*:* @ *".to_owned()], NOW, None)?,
             })
         })?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -84,6 +89,12 @@ impl Server {
     /// As [`Server::post`], with `token`.
     pub async fn post_as(&self, token: &str, method: &str, body: String) -> Result<String> {
         post_fleet(&self.http, &self.base, token, method, body).await
+    }
+
+    /// POSTs `body` to `compute.<group>.<method>` (`method` as `group/method`) with
+    /// `token`: for the methods outside the fleet group.
+    pub async fn post_group(&self, token: &str, method: &str, body: String) -> Result<String> {
+        crate::support::post_method(&self.http, &self.base, token, method, body).await
     }
 
     /// The caller of every permission in `tenant`, as the planner sees it.

@@ -161,7 +161,18 @@ pub async fn throughput(
 /// POSTs `body` to the fleet method `method` of the server at `base` as `token`, and
 /// returns the answer's text; an error when it is not a success.
 pub async fn post_fleet(http: &reqwest::Client, base: &str, token: &str, method: &str, body: String) -> Result<String> {
-    let response = http.post(format!("{base}/api/compute/fleet/{method}")).bearer_auth(token).body(body).send().await?;
+    post_method(http, base, token, &format!("fleet/{method}"), body).await
+}
+
+/// As [`post_fleet`], for any method: `method` is `group/method`.
+pub async fn post_method(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    method: &str,
+    body: String,
+) -> Result<String> {
+    let response = http.post(format!("{base}/api/compute/{method}")).bearer_auth(token).body(body).send().await?;
     let status = response.status();
     let text = response.text().await?;
     if !status.is_success() {

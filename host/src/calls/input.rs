@@ -57,6 +57,11 @@ impl Input {
         self.take(field, true)
     }
 
+    /// An optional field's value as it came, for a caller that checks it itself.
+    pub fn take_optional(&mut self, field: &str) -> Option<Value> {
+        self.take(field, false)
+    }
+
     pub fn string(&mut self, field: &str, required: bool) -> Option<String> {
         match self.take(field, required)? {
             Value::String(text) => Some(text),

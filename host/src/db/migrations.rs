@@ -31,6 +31,7 @@ history!(
     "0012_drift_schedule_order",
     "0013_policies",
     "0014_revisions",
+    "0015_proposals",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -1,8 +1,8 @@
-//! Apply (SPEC §6.3) and the heal that fleet.drift makes (SPEC §15): in one write
-//! transaction the planner plans again and runs every call through the module handlers,
-//! then what the apply leaves is recorded with it: the overlay's writes and the audit
-//! records, the name bindings, the revision and the applied document, the drift it
-//! ends, and the next check's time.
+//! Apply (SPEC §6.3), a proposal's apply (§17) and the heal that fleet.drift makes
+//! (§15): in one write transaction the planner plans again and runs every call through
+//! the module handlers, then what the apply leaves is recorded with it: the overlay's
+//! writes and the audit records, the name bindings, the revision and the applied
+//! document, the proposal it applied, the drift it ends, and the next check's time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use fleet_guest::grammar::is_name;
 use serde_json::{Value, json};
 
-use super::{Planning, bindings, drift, history};
+use super::{Planning, bindings, drift, history, proposals};
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::auth::Caller;
@@ -19,7 +19,7 @@ use crate::calls::registry::{Answer, Call, Registry};
 use crate::db::params;
 use crate::db::{self, Conn};
 use crate::events;
-use crate::planner::{Entry, Session};
+use crate::planner::{ApprovalGate, Entry, Session};
 use crate::store::trail;
 
 /// SPEC §6.3: in one write transaction, a fresh planner plans, checks the planHash (if
@@ -29,9 +29,22 @@ use crate::store::trail;
 /// of it back. Unpinned, the plan applied is the one made inside the transaction, so
 /// identical concurrent applies converge (the later ones with no calls).
 pub(super) fn apply(planning: &Planning, call: Call) -> Answer {
-    let (sandbox, applied) = applied(planning, call.methods, call.caller, call.db, call.body, None);
+    let how = match proposals::named(call.body) {
+        Ok(None) => How::Apply,
+        Ok(Some(number)) => How::Proposal(number),
+        Err(error) => return Answer::from(Err(error)),
+    };
+    let (sandbox, applied) = applied(planning, call.methods, call.caller, call.db, call.body, how);
     let output = applied.map(|applied| applied.map(|(output, _)| output).unwrap_or_default());
     Answer { output, sandbox }
+}
+
+/// What an apply is: a document's, an approved proposal's (by its number), or a heal.
+#[derive(Clone, Copy)]
+enum How<'a> {
+    Apply,
+    Proposal(i64),
+    Heal(&'a Heal<'a>),
 }
 
 /// A heal fleet.drift makes (SPEC §15): the revision it restores, if it is still the
@@ -41,20 +54,34 @@ pub struct Heal<'a> {
     pub token: &'a str,
 }
 
-/// An apply, or a heal: the heal is audited `fleet.heal`, records no revision, and ends
-/// the drift with `fleet.healed`. Answers the guest's CPU time, and the output and the
-/// calls made; a heal that an apply overtook makes nothing and answers none.
+/// An apply, a proposal's or a heal: the heal is audited `fleet.heal`, records no
+/// revision, and ends the drift with `fleet.healed`. Answers the guest's CPU time, and
+/// the output and the calls made; a heal that an apply overtook makes nothing and
+/// answers none.
 fn applied(
     planning: &Planning,
     methods: &Arc<Registry>,
     caller: Caller,
     db: Conn,
     body: &str,
-    heal: Option<&Heal>,
+    how: How,
 ) -> (Duration, Result<Option<(String, u64)>, ApiError>) {
     if let Err(error) = db::begin(&db, db::Tx::Write(&caller.tenant)) {
         return (Duration::ZERO, Err(error));
     }
+    // A proposal's apply plans the proposal's own request, pinned to its plan hash.
+    let proposed = match how {
+        How::Proposal(number) => match proposals::request_to_apply(&db, &caller, methods, number, body) {
+            Ok(request) => Some((number, request)),
+            Err(error) => return (Duration::ZERO, db::finish(&db, Err(error))),
+        },
+        _ => None,
+    };
+    let body = proposed.as_ref().map_or(body, |(_, request)| request.as_str());
+    let heal = match how {
+        How::Heal(heal) => Some(heal),
+        _ => None,
+    };
     if let Some(heal) = heal {
         let current = db.query_opt(
             "SELECT revision, heal_token FROM fleet_applied WHERE tenant = ?1",
@@ -68,7 +95,12 @@ fn applied(
             Err(error) => return (Duration::ZERO, db::finish(&db, Err(error.into()))),
         }
     }
-    let session = Session::new(caller, db, planning.source()).applying(methods.clone());
+    let gate = match how {
+        How::Apply if planning.require_approval => ApprovalGate::EveryChange,
+        How::Apply => ApprovalGate::Verdicts,
+        How::Proposal(_) | How::Heal(_) => ApprovalGate::None,
+    };
+    let session = Session::new(caller, db, planning.source()).applying(methods.clone()).gated(gate);
     let (session, result) = planning.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
@@ -80,9 +112,15 @@ fn applied(
             let via = if heal.is_some() { "fleet.heal" } else { "fleet.apply" };
             trail::write_pending(&session.db, &apply.deferred.audits, via, &applied.plan.plan_hash)?;
         }
-        match heal {
-            None => record(planning, &session.db, &session.caller, body, &applied)?,
-            Some(heal) => record_heal(planning, &session.db, &session.caller, &applied, heal)?,
+        match how {
+            How::Apply => {
+                record(planning, &session.db, &session.caller, body, &applied, None)?;
+            }
+            How::Proposal(number) => {
+                let revision = record(planning, &session.db, &session.caller, body, &applied, Some(number))?;
+                proposals::applied(planning, &session.db, &session.caller, number, revision)?;
+            }
+            How::Heal(heal) => record_heal(planning, &session.db, &session.caller, &applied, heal)?,
         }
         drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), planning.drift_interval)?;
         let calls = applied.applied;
@@ -93,6 +131,16 @@ fn applied(
         let _ = planning.wake.send(());
         Some((output, calls))
     });
+    // A proposal whose plan no longer comes out the same is stale: a new one is needed.
+    let finished = match (finished, how) {
+        (Err(error), How::Proposal(number)) if error.code == Code::ConfigDrift => {
+            match proposals::stale(planning, &session.db, &session.caller, number) {
+                Ok(()) => Err(error),
+                Err(marking) => Err(marking),
+            }
+        }
+        (finished, _) => finished,
+    };
     (session.sandbox, finished)
 }
 
@@ -110,7 +158,8 @@ pub fn heal(
         Ok(caller) => caller,
         Err(refused) => return Ok(Err(refused)),
     };
-    let (_, applied) = applied(planning, dispatcher.registry(), caller, dispatcher.db().get()?, request, Some(heal));
+    let (_, applied) =
+        applied(planning, dispatcher.registry(), caller, dispatcher.db().get()?, request, How::Heal(heal));
     match applied {
         Ok(Some((_, calls))) => Ok(Ok(calls)),
         // The check that found the drift no longer records anything either.
@@ -200,10 +249,18 @@ struct ApplyRequest<'a> {
     heal: bool,
 }
 
-/// Inside apply's transaction: the names of created objects, the applied document,
-/// and the drift state (an apply counts as a check that converged; its caller puts the
-/// next check one interval later).
-fn record(planning: &Planning, db: &Conn, caller: &Caller, body: &str, applied: &Applied) -> Result<(), ApiError> {
+/// Inside apply's transaction: the names of created objects, the applied document as
+/// the next revision (naming the proposal applied, if any), and the drift state (an
+/// apply counts as a check that converged; its caller puts the next check one interval
+/// later). Answers the revision.
+fn record(
+    planning: &Planning,
+    db: &Conn,
+    caller: &Caller,
+    body: &str,
+    applied: &Applied,
+    proposal: Option<i64>,
+) -> Result<i64, ApiError> {
     // The planner accepted the request, so it is a JSON object with a document.
     let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
     let plan = &applied.plan;
@@ -227,6 +284,7 @@ fn record(planning: &Planning, db: &Conn, caller: &Caller, body: &str, applied: 
         applied_at: &applied_at,
         calls,
         overrides: &Value::Array(overrides).to_string(),
+        proposal,
     };
     let revision = history::keep(db, &caller.tenant, &kept)?;
     db.execute(
@@ -259,7 +317,7 @@ fn record(planning: &Planning, db: &Conn, caller: &Caller, body: &str, applied: 
             &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
         )?;
     }
-    Ok(())
+    Ok(revision)
 }
 
 /// The names an apply gives: bindings of the objects it created under names, and the

@@ -24,7 +24,7 @@ pub fn register(registry: &mut Registry) {
         Method::new("fleet", "history", MethodKind::Read, handler(history))
             .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.3")
-            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies. `after` pages on to older ones.")
+            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies and the proposal it applied. `after` pages on to older ones.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": paging}),
                 json!({"type": "object", "required": ["revisions"], "properties": {
@@ -56,7 +56,8 @@ fn revision_schema(whole: bool) -> Value {
             "prune": {"type": "boolean"},
             "overrides": {"type": "array", "items": {"type": "object",
                 "required": ["policy", "reason"],
-                "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}}}});
+                "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}},
+            "proposal": {"type": "integer", "minimum": 1, "description": "The proposal this apply applied (SPEC §17)."}}});
     if let Some(required) = schema["required"].as_array_mut() {
         required.push(json!("overrides"));
         if whole {
@@ -79,6 +80,8 @@ pub struct Kept<'a> {
     pub calls: u64,
     /// `[{"policy", "reason"}]`, as JSON text.
     pub overrides: &'a str,
+    /// The proposal the apply applied (SPEC §17).
+    pub proposal: Option<i64>,
 }
 
 /// Inside an apply's transaction, under the tenant's write lock: keeps `kept` as the
@@ -92,8 +95,8 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
     let revision = last + 1;
     db.execute(
         "INSERT INTO fleet_revisions
-           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides, proposal)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             tenant,
             revision,
@@ -104,6 +107,7 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
             kept.applied_at,
             i64::try_from(kept.calls).unwrap_or(i64::MAX),
             kept.overrides,
+            kept.proposal,
         ],
     )?;
     Ok(revision)
@@ -111,7 +115,7 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
 
 /// The columns history lists, as the answer's members: a revision's overrides say who
 /// let which mandatory policy's denials through, and why (SPEC §14).
-const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides";
+const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides, proposal";
 
 fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     let mut revision = Map::new();
@@ -123,6 +127,9 @@ fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     revision.insert("prune".into(), json!(row.get::<bool>(5)?));
     let overrides: Value = serde_json::from_str(row.text(6)?).map_err(|error| db::decode(6, error))?;
     revision.insert("overrides".into(), overrides);
+    if let Some(proposal) = row.get::<Option<i64>>(7)? {
+        revision.insert("proposal".into(), json!(proposal));
+    }
     Ok(revision)
 }
 
@@ -158,7 +165,7 @@ fn revision(ctx: &Ctx, body: Value) -> Result<String, ApiError> {
     let found = ctx.db.query_opt(
         &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
         params![&ctx.caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
-        |row| Ok((listed(row)?, row.get::<String>(7)?)),
+        |row| Ok((listed(row)?, row.get::<String>(8)?)),
     )?;
     let Some((revision, document)) = found else {
         return Err(ApiError::not_found(format!("this tenant has no revision {number}")));

@@ -1,5 +1,5 @@
-//! The fleet group (SPEC §6): export, plan, apply and status, history (§15), the
-//! previews other planner hosts read, and the `fleet.drift` reconciler. Export, plan and
+//! The fleet group (SPEC §6): export, plan, apply and status, history (§15), proposals
+//! (§17), the previews other planner hosts read, and the `fleet.drift` reconciler. Export, plan and
 //! apply run the planner component in a fresh sandbox instance per request; the host
 //! owns the transaction, the authorization of every planned call, name bindings, the
 //! applied document and the drift state.
@@ -12,6 +12,7 @@ pub mod bindings;
 pub mod drift;
 pub mod history;
 mod preview;
+mod proposals;
 mod schema;
 pub mod state;
 mod status;
@@ -52,6 +53,8 @@ pub struct Planning {
     pub drift_interval: Duration,
     /// Reads only: nothing is recorded, not even a check.
     pub read_only: bool,
+    /// Every apply of a plan with calls goes through an approved proposal (SPEC §17).
+    pub require_approval: bool,
 }
 
 impl Planning {
@@ -110,10 +113,11 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
             let planning = planning.clone();
             Arc::new(move |call: Call| apply::apply(&planning, call))
         })
-            .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied.")
+            .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied. `{\"proposal\": N}` applies an approved proposal exactly as it was reviewed (SPEC §17).")
             .schemas(apply_input, apply_output),
     );
     history::register(registry);
+    proposals::register(registry, planning);
     registry.register(
         Method::planner("fleet", "status", MethodKind::Read, {
             let planning = planning.clone();

@@ -3,6 +3,7 @@
 
 use fleet_guest::Catalog;
 use fleet_guest::grammar;
+use fleet_guest::json::MAX_COUNT;
 use fleet_guest::kinds::FieldType;
 use serde_json::{Map, Value, json};
 
@@ -61,16 +62,66 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
                 "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
                 "reason": {"type": "string", "minLength": 1, "maxLength": 1000,
                            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"}}}});
+        schema["properties"]["proposal"] = json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT,
+            "description": "Apply this approved proposal's document exactly as it was planned (SPEC §17); with `overrides` alone, instead of `document`."});
+        // A document's apply, or a proposal's: `{"proposal", "overrides"?}` and nothing else.
+        if let Some(members) = schema.as_object_mut() {
+            members.remove("required");
+        }
+        let planned_here: Vec<Value> =
+            ["document", "prune", "planHash", "heal"].iter().map(|name| json!({"required": [name]})).collect();
+        schema["oneOf"] = json!([
+            {"required": ["document"], "not": {"required": ["proposal"]}},
+            {"required": ["proposal"], "not": {"anyOf": planned_here}},
+        ]);
+    } else {
+        // A review as a proposal answers it; its time is the host's to write, any text here.
+        let mut review = review_schema();
+        review["properties"]["at"] = text_schema();
+        schema["properties"]["proposal"] = json!({"type": "object", "additionalProperties": false,
+            "required": ["number", "author"],
+            "description": "Report whether this proposal is approved (`approval`), by the policies' approve and reject rules or the default rule (SPEC §17).",
+            "properties": {"number": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}, "author": text_schema(),
+                "title": text_schema(), "reviews": {"type": "array", "items": review}}});
     }
     schema
 }
 
+/// A proposal's review (SPEC §17).
+pub(super) fn review_schema() -> Value {
+    json!({"type": "object", "additionalProperties": false, "required": ["principal", "verdict"], "properties": {
+        "principal": text_schema(), "verdict": {"type": "string", "enum": ["approve", "reject"]},
+        "comment": text_schema(), "at": {"type": "string", "format": "date-time"}}})
+}
+
+/// A plan's `approval`, with a proposal in its request.
+fn approval_schema() -> Value {
+    json!({"type": "object", "required": ["approved", "rejected", "rule", "pending", "rejections"], "properties": {
+        "approved": {"type": "boolean"}, "rejected": {"type": "boolean"},
+        "rule": {"type": "string", "enum": ["policies", "default"]},
+        "pending": {"type": "array", "items": {"type": "object", "required": ["policy"], "properties": {
+            "policy": {"type": "string"}, "message": {"type": "string"}}}},
+        "rejections": {"type": "array", "items": {"type": "object", "required": ["message"], "properties": {
+            "policy": {"type": "string"}, "principal": {"type": "string"}, "message": {"type": "string"}}}}}})
+}
+
 pub(super) fn plan_schema() -> Value {
-    let counts: Map<String, Value> =
-        ["create", "update", "delete", "archive", "restore", "unchanged", "blocked", "rename", "denied", "warnings"]
-            .into_iter()
-            .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
-            .collect();
+    let counts: Map<String, Value> = [
+        "create",
+        "update",
+        "delete",
+        "archive",
+        "restore",
+        "unchanged",
+        "blocked",
+        "rename",
+        "denied",
+        "warnings",
+        "approvalRequired",
+    ]
+    .into_iter()
+    .map(|name| (name.to_owned(), json!({"type": "integer", "minimum": 0})))
+    .collect();
     json!({"type": "object", "properties": {
         "changes": {"type": "array", "items": {"type": "object", "properties": {
             "action": {"type": "string", "enum": ["create", "update", "delete", "archive", "restore", "rename"]},
@@ -90,8 +141,9 @@ pub(super) fn plan_schema() -> Value {
             "digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
             "verdicts": {"type": "array", "items": {"type": "object", "required": ["policy", "level", "rule", "message"],
                 "properties": {"policy": {"type": "string"}, "level": {"type": "string", "enum": ["advisory", "mandatory", "enforced"]},
-                    "rule": {"type": "string", "enum": ["deny", "warn"]}, "kind": {"type": "string"},
+                    "rule": {"type": "string", "enum": ["deny", "warn", "require_approval"]}, "kind": {"type": "string"},
                     "key": {"type": "string"}, "message": {"type": "string"}}}}}},
+        "approval": approval_schema(),
         "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
 }
 

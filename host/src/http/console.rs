@@ -30,7 +30,7 @@ macro_rules! scripts {
         [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
     };
 }
-const SCRIPTS: [(&str, &str, &str); 9] = scripts![
+const SCRIPTS: [(&str, &str, &str); 10] = scripts![
     "app.js",
     "session.js",
     "dom.js",
@@ -39,6 +39,7 @@ const SCRIPTS: [(&str, &str, &str); 9] = scripts![
     "status.js",
     "estate.js",
     "history.js",
+    "proposals.js",
     "capacity.js",
 ];
 const PAGES: [(&str, &str, &str); 2] = [

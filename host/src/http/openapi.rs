@@ -99,8 +99,10 @@ fn methods(registry: &Registry) -> Value {
         let object = json!({"type": "object"});
         let input = method.input.clone().unwrap_or_else(|| object.clone());
         let output = method.output.clone().unwrap_or(object);
-        // An empty body means `{}`: it may be left out exactly when `{}` is valid.
-        let body_required = input["required"].as_array().is_some_and(|required| !required.is_empty());
+        // An empty body means `{}`: it may be left out exactly when `{}` is valid (a
+        // choice of shapes, `oneOf`, each names what it requires).
+        let body_required =
+            input["required"].as_array().is_some_and(|required| !required.is_empty()) || input.get("oneOf").is_some();
         paths.insert(
             method.path.clone(),
             json!({ "post": {

@@ -9,7 +9,7 @@ use crate::api::{ApiError, Code};
 
 /// The SPEC §2 codes and the WIT's, one to one: one table read both ways, as the
 /// planner's component reads its own (`guest/src/component/glue.rs`).
-const CODES: [(Code, types::ErrorCode); 15] = [
+const CODES: [(Code, types::ErrorCode); 16] = [
     (Code::InvalidArgument, types::ErrorCode::InvalidArgument),
     (Code::Unauthenticated, types::ErrorCode::Unauthenticated),
     (Code::PermissionDenied, types::ErrorCode::PermissionDenied),
@@ -20,6 +20,7 @@ const CODES: [(Code, types::ErrorCode); 15] = [
     (Code::InvalidState, types::ErrorCode::InvalidState),
     (Code::ConfigDrift, types::ErrorCode::ConfigDrift),
     (Code::PolicyDenied, types::ErrorCode::PolicyDenied),
+    (Code::ApprovalRequired, types::ErrorCode::ApprovalRequired),
     (Code::PayloadTooLarge, types::ErrorCode::PayloadTooLarge),
     (Code::ResourceExhausted, types::ErrorCode::ResourceExhausted),
     (Code::Unsupported, types::ErrorCode::Unsupported),

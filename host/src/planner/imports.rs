@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use fleet_guest::Snapshot;
 use fleet_guest::plugins::Subject;
+use fleet_guest::{ApprovalGate, Snapshot};
 use sha2::Digest;
 
 use super::Guest;
@@ -51,6 +51,14 @@ impl state::Host for Guest {
     fn judging(&mut self, policy: String) -> wasmtime::Result<()> {
         self.judging = Some(policy).filter(|policy| !policy.is_empty());
         Ok(())
+    }
+
+    fn approval(&mut self) -> wasmtime::Result<state::ApprovalGate> {
+        Ok(match self.session.gate {
+            ApprovalGate::Verdicts => state::ApprovalGate::Verdicts,
+            ApprovalGate::EveryChange => state::ApprovalGate::EveryChange,
+            ApprovalGate::None => state::ApprovalGate::None,
+        })
     }
 
     fn snapshot(&mut self) -> wasmtime::Result<Vec<u8>> {

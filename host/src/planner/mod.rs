@@ -36,6 +36,7 @@ use crate::sandbox::{Budget, Clock, Limits, OutOfTime, Ticker, compile, cores, p
 use output::{Output, checked_output};
 use retire::{RETIRING, Retirer};
 
+pub use fleet_guest::ApprovalGate;
 pub use imports::{Source, StateSource};
 
 wasmtime::component::bindgen!({
@@ -111,6 +112,8 @@ pub struct Session {
     /// What `methods.invoke` needs inside apply's transaction: the methods it may run,
     /// and where their audit records wait; none for export and plan.
     pub methods: Option<Apply>,
+    /// What an apply must have before it runs its calls (SPEC §17).
+    pub gate: ApprovalGate,
     /// The guest's own CPU time in this session's calls: what the request log reports
     /// as its sandbox time.
     pub sandbox: Duration,
@@ -119,7 +122,12 @@ pub struct Session {
 impl Session {
     /// A session of `caller` on `db`, reading its state from `source`.
     pub fn new(caller: Caller, db: Conn, source: Source) -> Session {
-        Session { caller, db, source, methods: None, sandbox: Duration::ZERO }
+        Session { caller, db, source, methods: None, gate: ApprovalGate::Verdicts, sandbox: Duration::ZERO }
+    }
+
+    /// The session, its apply held back by `gate`.
+    pub fn gated(self, gate: ApprovalGate) -> Session {
+        Session { gate, ..self }
     }
 
     /// The session, with the methods an apply's calls run.

@@ -221,6 +221,13 @@ impl Server {
         self.raw(Some(token), &format!("/api/compute/{method}"), body.to_string())
     }
 
+    /// Like `call`, the answer as the text the server sent.
+    pub fn call_text(&self, token: &str, method: &str, body: Value) -> (u16, String) {
+        let request = self.http.post(format!("{}/api/compute/{method}", self.base)).body(body.to_string());
+        let response = request.bearer_auth(token).send().expect("the server answers");
+        (response.status().as_u16(), response.text().expect("a body"))
+    }
+
     /// Like `call`, and expects success.
     pub fn ok(&self, token: &str, method: &str, body: Value) -> Value {
         let (status, value) = self.call(token, method, body);

@@ -99,7 +99,7 @@ pub fn export(client: &Client, output: Option<&Path>, format: Option<Format>) ->
 }
 
 /// Reads the FleetConfig of a `plan` or `apply` file: the document itself, not wrapped.
-fn read_fleet_config(file: &Path) -> Result<Value, CliError> {
+pub fn read_fleet_config(file: &Path) -> Result<Value, CliError> {
     let document = read_document(file)?;
     if document.get("document").is_some_and(Value::is_object) {
         return Err(CliError::Input(format!(
@@ -155,6 +155,9 @@ pub enum ApplySource {
     /// `fleet rollback N`: revision N's document, with its prune flag, applied to the
     /// estate of today as any document is (SPEC §15).
     Revision(u64),
+    /// `fleet apply --proposal N`: exactly the plan an approved proposal was reviewed
+    /// with (SPEC §17).
+    Proposal(u64),
 }
 
 /// How `fleet apply` gets its go-ahead (SPEC §9).
@@ -222,6 +225,12 @@ pub fn apply(
             let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
             let (document, prune) = (revision["document"].clone(), revision["prune"] == true);
             apply_document(client, document, prune, None, extra, confirm, &mut shown)?
+        }
+        // Reviewed already: applied without asking, as a saved plan is.
+        ApplySource::Proposal(number) => {
+            let mut request = json!({ "proposal": number });
+            extra.add_to(&mut request);
+            client.call("fleet/apply", &request)?
         }
     };
     if raw {

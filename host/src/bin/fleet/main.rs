@@ -12,6 +12,7 @@ mod client;
 mod commands;
 mod history;
 mod local;
+mod proposals;
 mod render;
 
 use client::{CliError, Client};
@@ -86,8 +87,8 @@ enum Command {
     Apply {
         #[command(flatten)]
         server: ServerArgs,
-        /// The FleetConfig document (JSON or YAML); not with --plan.
-        #[arg(required_unless_present = "plan", conflicts_with = "plan")]
+        /// The FleetConfig document (JSON or YAML); not with --plan or --proposal.
+        #[arg(required_unless_present_any = ["plan", "proposal"], conflicts_with_all = ["plan", "proposal"])]
         file: Option<PathBuf>,
         /// Also remove what the document no longer lists (delete, or archive pools).
         #[arg(long, conflicts_with = "plan")]
@@ -96,8 +97,11 @@ enum Command {
         #[arg(long, conflicts_with = "plan")]
         plan_hash: Option<String>,
         /// A plan saved by `fleet plan --out`: apply exactly it, or fail saying what moved.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "proposal")]
         plan: Option<PathBuf>,
+        /// An approved proposal (SPEC §17): apply exactly its plan, or fail saying why.
+        #[arg(long, value_name = "N", conflicts_with_all = ["prune", "plan_hash", "heal"])]
+        proposal: Option<u64>,
         /// Apply without asking. Without a terminal, apply refuses unless --yes or --plan.
         #[arg(long, short = 'y')]
         yes: bool,
@@ -110,6 +114,73 @@ enum Command {
         #[arg(long)]
         heal: bool,
         /// Print the result (the plan and the number of calls applied) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Proposes a document for review (SPEC §17): prints its plan and the proposal's
+    /// number. Exit code 0, or 1 on an error (a blocked or denied plan is one).
+    Propose {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The FleetConfig document (JSON or YAML).
+        file: PathBuf,
+        /// Also remove what the document no longer lists.
+        #[arg(long)]
+        prune: bool,
+        /// What the change is for, in a line.
+        #[arg(long)]
+        title: Option<String>,
+        /// Print the proposal, its plan and document as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the tenant's proposals, newest first.
+    Proposals {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Only those in this state.
+        #[arg(long, value_parser = ["open", "applied", "rejected", "withdrawn", "stale"])]
+        state: Option<String>,
+        /// How many proposals to list, at most 1000.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+        /// Print the proposals as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows proposal N: its plan, its reviews, and whether it is approved.
+    Proposal {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The proposal.
+        number: u64,
+        /// Print the proposal, its plan and document as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approves or rejects another principal's open proposal.
+    Review {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The proposal.
+        number: u64,
+        /// approve or reject.
+        #[arg(value_parser = ["approve", "reject"])]
+        verdict: String,
+        /// Why, for the author and the audit trail.
+        #[arg(long)]
+        comment: Option<String>,
+        /// Print the proposal as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Withdraws one's own open proposal.
+    Withdraw {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The proposal.
+        number: u64,
+        /// Print the proposal as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -190,6 +261,11 @@ impl Command {
                 | Command::Revision { .. }
                 | Command::Rollback { .. }
                 | Command::Diff { .. }
+                | Command::Propose { .. }
+                | Command::Proposals { .. }
+                | Command::Proposal { .. }
+                | Command::Review { .. }
+                | Command::Withdraw { .. }
         )
     }
 }
@@ -274,6 +350,10 @@ struct Serve {
     /// more.
     #[arg(long = "policy", value_name = "LEVEL:FILE.rego")]
     policies: Vec<String>,
+    /// Apply every plan with calls only through an approved proposal (SPEC §17), not
+    /// only those that policies' require_approval rules name.
+    #[arg(long)]
+    require_approval: bool,
     /// A plugin check's CPU budget per call.
     #[arg(long, default_value = "1s", value_parser = duration(LIMITS.cpu))]
     plugin_cpu: Duration,
@@ -405,7 +485,7 @@ fn main() -> ExitCode {
         return ExitCode::from(client::EXIT_ERROR);
     }
     let file = match &cli.command {
-        Command::Plan { file, .. } => Some(file.clone()),
+        Command::Plan { file, .. } | Command::Propose { file, .. } => Some(file.clone()),
         Command::Apply { file, plan, .. } => file.clone().or_else(|| plan.clone()),
         _ => None,
     };
@@ -416,18 +496,37 @@ fn main() -> ExitCode {
         Command::Plan { server, file, prune, out, json } => {
             client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
         }
-        Command::Apply { server, file, prune, plan_hash, plan, yes, overrides, heal, json } => client(&server)
-            .and_then(|client| {
+        Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
+            client(&server).and_then(|client| {
                 let overrides = commands::overrides(&overrides)?;
                 let extra = commands::Extra { overrides, heal };
-                let source = match (plan, file) {
-                    (Some(saved), _) => ApplySource::SavedPlan(saved),
-                    (None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
-                    (None, None) => return Err(CliError::Input("give a document file or --plan".into())),
+                let source = match (plan, proposal, file) {
+                    (Some(saved), _, _) => ApplySource::SavedPlan(saved),
+                    (None, Some(number), _) => ApplySource::Proposal(number),
+                    (None, None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
+                    (None, None, None) => {
+                        return Err(CliError::Input("give a document file, --plan or --proposal".into()));
+                    }
                 };
                 let confirm = if yes { Confirm::Given } else { Confirm::Ask };
                 commands::apply(&client, &source, &extra, json, confirm)
-            }),
+            })
+        }
+        Command::Propose { server, file, prune, title, json } => {
+            client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
+        }
+        Command::Proposals { server, state, limit, json } => {
+            client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
+        }
+        Command::Proposal { server, number, json } => {
+            client(&server).and_then(|client| proposals::show(&client, number, json))
+        }
+        Command::Review { server, number, verdict, comment, json } => {
+            client(&server).and_then(|client| proposals::review(&client, number, &verdict, comment.as_deref(), json))
+        }
+        Command::Withdraw { server, number, json } => {
+            client(&server).and_then(|client| proposals::withdraw(&client, number, json))
+        }
         Command::History { server, limit, json } => {
             client(&server).and_then(|client| history::history(&client, limit, json))
         }
@@ -511,6 +610,7 @@ impl Serve {
         }
         config.plugins = self.plugins;
         config.policies = self.policies;
+        config.require_approval = self.require_approval;
         config.tls = self.tls_cert.zip(self.tls_key);
         config.plugin_budget.cpu = self.plugin_cpu;
         config.plugin_budget.memory_bytes = (self.plugin_memory_mib as usize) << 20;

@@ -15,6 +15,7 @@ pub fn style_for(text: &str) -> Style {
         Some('~') => AnsiColor::Yellow,
         Some('-') => AnsiColor::Red,
         Some('!') => AnsiColor::Magenta,
+        Some('=') => AnsiColor::Cyan,
         _ => return Style::new(),
     };
     Style::new().fg_color(Some(color.into()))
@@ -62,6 +63,13 @@ pub fn render_plan(plan: &Value) -> String {
              (fleet apply --override POLICY=REASON).\n"
         ));
     }
+    if plan["summary"]["approvalRequired"].as_u64().unwrap_or_default() > 0 {
+        let style = style_for("=");
+        out.push_str(&format!(
+            "\n{style}Approval required{style:#}: apply refuses this plan directly; propose it \
+             (fleet propose FILE) and have it reviewed.\n"
+        ));
+    }
     for line in left_alone_lines(left_alone) {
         out.push_str(&format!("\n{line}"));
     }
@@ -81,8 +89,12 @@ pub fn render_plan(plan: &Value) -> String {
     ));
     if let (Some(denied), Some(warnings)) = (summary["denied"].as_u64(), summary["warnings"].as_u64()) {
         out.push_str(&format!(
-            "Policies: {} denied, {} ({}).\n",
+            "Policies: {} denied, {}{} ({}).\n",
             denied,
+            match summary["approvalRequired"].as_u64().unwrap_or_default() {
+                0 => String::new(),
+                required => format!("{required} requiring approval, "),
+            },
             plural(warnings as usize, "warning"),
             printable(&plan["policy"]["digest"])
         ));
@@ -108,21 +120,21 @@ pub fn change_lines(out: &mut String, changes: &[Value]) {
     }
 }
 
-/// `! policy NAME: message (kind key)` for a denial, `?` for a warning (an advisory
-/// policy's denial is one).
+/// `! policy NAME: message (kind key)` for a denial, `=` for an approval it requires,
+/// `?` for a warning (an advisory policy's denial or approval is one).
 pub fn verdict_line(verdict: &Value) -> String {
-    let denies = verdict["rule"] == "deny" && verdict["level"] != "advisory";
+    let binding = verdict["level"] != "advisory";
+    let mark = match verdict["rule"].as_str() {
+        Some("deny") if binding => "!",
+        Some("require_approval") if binding => "=",
+        _ => "?",
+    };
     let object = match (verdict["kind"].as_str(), verdict["key"].as_str()) {
         (Some(kind), Some(key)) => format!(" ({} {})", escape_controls(kind), escape_controls(key)),
         (Some(only), None) | (None, Some(only)) => format!(" ({})", escape_controls(only)),
         (None, None) => String::new(),
     };
-    format!(
-        "{} policy {}: {}{object}",
-        if denies { "!" } else { "?" },
-        printable(&verdict["policy"]),
-        printable(&verdict["message"])
-    )
+    format!("{mark} policy {}: {}{object}", printable(&verdict["policy"]), printable(&verdict["message"]))
 }
 
 /// The heading of a kind's changes, as the console has it: `Provider accounts`.
