@@ -1,7 +1,7 @@
 //! The composition root: the configuration, and the one place that builds every part
 //! of the server from it and hands each part what it uses: the database, the modules
 //! and their registry, the planner's sandbox and its [`Planning`], the dispatcher, the
-//! HTTP server and the drift reconciler.
+//! HTTP server, the drift reconciler and the webhooks' deliverer.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -28,6 +28,7 @@ use crate::planner::{self, Sandbox};
 use crate::plugins::Plugins;
 use crate::policies::Deployment;
 use crate::sandbox::Budget;
+use crate::webhooks;
 
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
@@ -66,6 +67,11 @@ pub struct Config {
     pub policies: Vec<String>,
     /// Every plan with calls is applied through an approved proposal (SPEC §17).
     pub require_approval: bool,
+    /// What webhooks may reach (SPEC §18).
+    pub webhook_reach: webhooks::Reach,
+    /// A CA certificate (PEM) webhooks' TLS trusts besides the system's roots.
+    pub webhook_ca: Option<PathBuf>,
+    pub webhook_schedule: webhooks::Schedule,
 }
 
 impl Config {
@@ -88,6 +94,9 @@ impl Config {
             plugin_budget: crate::plugins::default_budget(),
             policies: Vec::new(),
             require_approval: false,
+            webhook_reach: webhooks::Reach::default(),
+            webhook_ca: None,
+            webhook_schedule: webhooks::Schedule::default(),
         }
     }
 }
@@ -97,6 +106,8 @@ impl Config {
 /// The server is built on them; so are in-process tests that need a planner.
 pub struct Core {
     pub db: Pool,
+    /// This replica's sender of the webhooks' outbox.
+    pub deliverer: Arc<webhooks::Deliverer>,
     pub modules: Arc<Modules>,
     pub planning: Arc<Planning>,
     pub dispatcher: Arc<Dispatcher>,
@@ -139,11 +150,28 @@ impl Core {
             require_approval: config.require_approval,
         });
         let (checks, asking) = drift::checks();
-        let registry = registry(&modules, &planning, checks, &policies);
+        let registry = registry(&modules, &planning, checks, &policies, &config.webhook_reach);
+        let deliverer = Arc::new(webhooks::Deliverer::new(
+            db.clone(),
+            config.webhook_reach.clone(),
+            config.webhook_ca.as_deref(),
+            config.webhook_schedule,
+            metrics.clone(),
+        )?);
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
         let reconciler = Arc::new(Reconciler::new(planning.clone(), dispatcher.clone()));
-        Ok(Core { db, modules, planning, dispatcher, reconciler, metrics, wake, asking: Mutex::new(Some(asking)) })
+        Ok(Core {
+            db,
+            deliverer,
+            modules,
+            planning,
+            dispatcher,
+            reconciler,
+            metrics,
+            wake,
+            asking: Mutex::new(Some(asking)),
+        })
     }
 
     /// What the reconciler listens on for `status --refresh`; only the first caller gets
@@ -203,6 +231,7 @@ fn registry(
     planning: &Arc<Planning>,
     checks: drift::Checks,
     policies: &Deployment,
+    reach: &webhooks::Reach,
 ) -> Arc<Registry> {
     let mut registry = Registry::default();
     modules.register(&mut registry);
@@ -210,6 +239,7 @@ fn registry(
     events::register(&mut registry);
     crate::audit::register(&mut registry);
     crate::policies::register(&mut registry, policies);
+    webhooks::register(&mut registry, reach.clone(), &events::TYPES);
     Arc::new(registry)
 }
 
@@ -219,8 +249,9 @@ fn server(config: &Config, core: &Core) -> Server {
     let exposition = {
         let (db, metrics) = (core.db.clone(), core.metrics.clone());
         Arc::new(move || {
-            let (drifted, converged) = drift::tenants(&db.get()?)?;
-            Ok(metrics.render(drifted, converged))
+            let db = db.get()?;
+            let (drifted, converged) = drift::tenants(&db)?;
+            Ok(metrics.render(drifted, converged, webhooks::pending(&db)?))
         })
     };
     let mut server = Server::new(core.dispatcher.clone(), core.metrics.clone(), exposition, core.wake.clone());
@@ -242,10 +273,25 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
             let _ = stopped.wait_for(|stop| *stop).await;
         }))
     });
+    // The outbox is delivered by every replica that writes.
+    let deliverer = (!app.config.read_only).then(|| {
+        let (deliverer, wake) = (app.core.deliverer.clone(), app.core.wake.clone());
+        let mut stopped = stop.subscribe();
+        tokio::spawn(async move {
+            deliverer
+                .run(&wake, async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .await;
+        })
+    });
     let served = http::run(app.server.clone(), listener, shutdown).await;
     let _ = stop.send(true);
     if let Some(reconciler) = reconciler {
         let _ = reconciler.await;
+    }
+    if let Some(deliverer) = deliverer {
+        let _ = deliverer.await;
     }
     served
 }

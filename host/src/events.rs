@@ -1,6 +1,7 @@
 //! The event log: events stored with a sequence number in the transaction that makes
-//! them, listed per tenant by `compute.events.list`, and followed live as Server-Sent
-//! Events (`http::sse`), which [`Wake`] tells when events were committed.
+//! them (their webhook deliveries with them), listed per tenant by
+//! `compute.events.list`, and followed live as Server-Sent Events (`http::sse`), which
+//! [`Wake`] tells when events were committed.
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -17,6 +18,8 @@ pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
 /// fleet.drift restored a revision that heals (SPEC §15).
 pub const HEALED: &str = "fleet.healed";
+/// Every apply, heal and proposal apply (SPEC §18).
+pub const APPLIED: &str = "fleet.applied";
 /// A proposal's life (SPEC §17).
 pub const PROPOSAL_OPENED: &str = "proposal.opened";
 pub const PROPOSAL_REVIEWED: &str = "proposal.reviewed";
@@ -26,7 +29,8 @@ pub const PROPOSAL_APPLIED: &str = "proposal.applied";
 pub const PROPOSAL_STALE: &str = "proposal.stale";
 pub const PROPOSAL_WITHDRAWN: &str = "proposal.withdrawn";
 /// Every event type fleet publishes, for the metrics to count from zero.
-pub const TYPES: [&str; 10] = [
+pub const TYPES: [&str; 11] = [
+    APPLIED,
     DRIFTED,
     CONVERGED,
     HEALED,
@@ -66,11 +70,14 @@ pub fn register(registry: &mut Registry) {
 /// process are woken after commit by the caller; those of other replicas by `NOTIFY`.
 pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
     metrics.published(kind);
+    let at = db::now();
     let seq = db.query_one(
         "INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4) RETURNING seq",
-        params![tenant, kind, &db::now(), &data.to_string()],
+        params![tenant, kind, &at, &data.to_string()],
         |row| row.get(0),
     )?;
+    // Its deliveries to the tenant's webhooks, in the same transaction (SPEC §18).
+    crate::webhooks::enqueue(db, tenant, seq, kind, &at, data)?;
     db::notify_events(db)?;
     Ok(seq)
 }

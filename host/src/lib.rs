@@ -34,6 +34,7 @@ pub mod sandbox;
 pub mod store;
 #[cfg(test)]
 mod testing;
+pub mod webhooks;
 
 pub use app::{App, Config};
 

@@ -24,10 +24,15 @@ pub struct Metrics {
     cache_hits: IntCounterVec,
     cache_misses: IntCounterVec,
     cache_bytes: IntGaugeVec,
+    webhook_deliveries: IntCounterVec,
+    webhook_pending: prometheus::IntGauge,
 }
 
 /// The caches the server keeps (docs/decisions/0010), by their label.
 pub const CACHES: [&str; 2] = ["state", "tokens"];
+
+/// What a webhook delivery attempt came to.
+pub const WEBHOOK_OUTCOMES: [&str; 3] = ["delivered", "retried", "failed"];
 
 /// The budget a sandboxed call ran out of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +75,17 @@ impl Metrics {
         let cache_bytes = IntGaugeVec::new(Opts::new("fleet_cache_bytes", "Bytes of values a cache holds"), &["cache"])
             .expect("a valid metric name");
         registry.register(Box::new(cache_bytes.clone())).expect("registered once");
+        let webhook_pending =
+            prometheus::IntGauge::new("fleet_webhook_pending", "Webhook deliveries waiting in the outbox (SPEC §18)")
+                .expect("a valid metric name");
+        registry.register(Box::new(webhook_pending.clone())).expect("registered once");
         let metrics = Metrics {
+            webhook_deliveries: counters(
+                "fleet_webhook_deliveries_total",
+                "Webhook delivery attempts by outcome: delivered, retried, failed (SPEC §18)",
+                &["outcome"],
+            ),
+            webhook_pending,
             cache_hits: counters(
                 "fleet_cache_hits_total",
                 "Lookups a cache answered (docs/decisions/0010)",
@@ -97,6 +112,9 @@ impl Metrics {
         // first event rather than not at all.
         for budget in ["cpu", "memory"] {
             metrics.sandbox_exhausted.with_label_values(&[budget]);
+        }
+        for outcome in WEBHOOK_OUTCOMES {
+            metrics.webhook_deliveries.with_label_values(&[outcome]);
         }
         for cache in CACHES {
             metrics.cache_hits.with_label_values(&[cache]);
@@ -139,13 +157,19 @@ impl Metrics {
         self.cache_bytes.with_label_values(&[cache]).set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
+    /// A webhook delivery attempt's outcome: one of [`WEBHOOK_OUTCOMES`].
+    pub fn webhook_attempt(&self, outcome: &str) {
+        self.webhook_deliveries.with_label_values(&[outcome]).inc();
+    }
+
     pub fn published(&self, kind: &str) {
         self.events_published.with_label_values(&[kind]).inc();
     }
 
     /// The exposition, with the drift gauges as the database has them now (so every
     /// replica reports the same numbers).
-    pub fn render(&self, drifted: i64, converged: i64) -> String {
+    pub fn render(&self, drifted: i64, converged: i64, webhooks_pending: i64) -> String {
+        self.webhook_pending.set(webhooks_pending);
         self.drift_tenants.with_label_values(&["drifted"]).set(drifted);
         self.drift_tenants.with_label_values(&["converged"]).set(converged);
         let mut out = Vec::new();

@@ -179,3 +179,34 @@ fn writes_of_one_tenant_never_wait_for_another_tenants() {
     server.ok(&big, "sites/create", json!({"region": "eu-west-1"}));
     assert_eq!(server.ok(&big, "sites/list", json!({}))["items"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn three_replicas_deliver_each_webhook_delivery_once() {
+    let receiver = crate::webhooks::Receiver::start("200");
+    let dir = tempfile::tempdir().unwrap();
+    let launch = Launch { db: Some(database_of(dir.path())), ..Launch::default() };
+    let flags = ["--webhook-allow-http", "--webhook-allow", "127.0.0.0/8"];
+    let replicas: Vec<Server> = (0..3).map(|_| Server::launch(tempfile::tempdir().unwrap(), &flags, &launch)).collect();
+    let token = replicas[0].tenant_with_token("acme");
+    replicas[0].ok(
+        &token,
+        "webhooks/put",
+        json!({"name": "ops", "url": receiver.url(), "events": ["*"],
+        "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}),
+    );
+    // Twelve tests through the replicas in turn, each delivered by whichever claims it.
+    let mut sent = Vec::new();
+    for round in 0..12 {
+        sent.push(replicas[round % 3].ok(&token, "webhooks/test", json!({"name": "ops"}))["id"].clone());
+    }
+    receiver.wait_for(12, Duration::from_secs(30));
+    // A little longer, for a second delivery of any, which there must not be.
+    std::thread::sleep(Duration::from_secs(2));
+    let received = receiver.received();
+    let mut ids: Vec<String> = received.iter().map(|got| got["id"].as_str().unwrap().to_owned()).collect();
+    ids.sort();
+    let mut expected: Vec<String> = sent.iter().map(|id| id.as_str().unwrap().to_owned()).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each delivery once, none twice");
+    assert!(received.iter().all(|got| got["valid"] == true));
+}

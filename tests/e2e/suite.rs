@@ -20,3 +20,4 @@ mod plugins; // §10
 mod sandbox; // §7
 mod support;
 mod tls; // §12's HTTPS
+mod webhooks; // §18

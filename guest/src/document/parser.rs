@@ -10,7 +10,7 @@ use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Map, Value as Json};
 
 use super::request::{
-    Document, MOVED, Move, Override, PLAN_HASH_FORM, PROPOSAL_FORM, PlanRequest, Problems, is_plan_hash,
+    Document, MOVED, Move, Override, PLAN_HASH_FORM, PROPOSAL_FORM, PlanRequest, Problems, Proposal, is_plan_hash,
 };
 use crate::grammar::{NAME_PATTERN, is_name};
 use crate::json::{self, MAX_COUNT, pointer};
@@ -81,9 +81,9 @@ impl<'c> Parser<'c> {
                 _ => problems.push(pointer(&["planHash"]), PLAN_HASH_FORM),
             },
             "overrides" if self.plan_hash_allowed => parsed.overrides = self.overrides(value),
-            "proposal" if !self.plan_hash_allowed => match serde_json::from_value(value.clone()) {
-                Ok(proposal) => parsed.proposal = Some(Box::new(proposal)),
-                Err(_) => problems.push(pointer(&["proposal"]), PROPOSAL_FORM),
+            "proposal" if !self.plan_hash_allowed => match serde_json::from_value::<Proposal>(value.clone()) {
+                Ok(proposal) if proposal.number >= 1 => parsed.proposal = Some(Box::new(proposal)),
+                _ => problems.push(pointer(&["proposal"]), PROPOSAL_FORM),
             },
             // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
             // host's to keep; the plan is the same either way.

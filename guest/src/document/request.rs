@@ -82,7 +82,7 @@ fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Er
 }
 
 /// What a plan request's `proposal` must be.
-pub(crate) const PROPOSAL_FORM: &str = "must be {\"number\", \"author\", \"title\"?, \"reviews\"?: [{\"principal\", \"verdict\": \"approve\" | \"reject\", \"comment\"?, \"at\"?}]}";
+pub(crate) const PROPOSAL_FORM: &str = "must be {\"number\" (1 or more), \"author\", \"title\"?, \"reviews\"?: [{\"principal\", \"verdict\": \"approve\" | \"reject\", \"comment\"?, \"at\"?}]}";
 
 /// A principal's review of a proposal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,6 +32,7 @@ history!(
     "0013_policies",
     "0014_revisions",
     "0015_proposals",
+    "0016_webhooks",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -273,7 +273,7 @@ fn record(
         }
     };
     let (document, prune) = (request.document.get(), request.prune);
-    let overrides: Vec<Value> =
+    let overrides: Value =
         applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
     let (applied_at, calls) = (db::now(), applied.applied);
     let kept = history::Kept {
@@ -283,10 +283,16 @@ fn record(
         applied_by: &caller.principal,
         applied_at: &applied_at,
         calls,
-        overrides: &Value::Array(overrides).to_string(),
+        overrides: &overrides.to_string(),
         proposal,
     };
     let revision = history::keep(db, &caller.tenant, &kept)?;
+    let mut data = json!({"revision": revision, "planHash": plan.plan_hash, "principal": caller.principal,
+                          "calls": calls, "overrides": overrides});
+    if let Some(proposal) = proposal {
+        data["proposal"] = json!(proposal);
+    }
+    events::publish(&planning.metrics, db, &caller.tenant, events::APPLIED, &data)?;
     db.execute(
         "INSERT INTO fleet_applied
            (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
@@ -353,5 +359,10 @@ fn record_heal(
     db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
     let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
     events::publish(&planning.metrics, db, &caller.tenant, events::HEALED, &data)?;
+    let overrides: Vec<Value> =
+        applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
+    let data = json!({"revision": heal.revision, "planHash": plan.plan_hash, "principal": caller.principal,
+                      "calls": applied.applied, "overrides": overrides});
+    events::publish(&planning.metrics, db, &caller.tenant, events::APPLIED, &data)?;
     Ok(())
 }

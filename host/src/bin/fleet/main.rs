@@ -40,7 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs the HTTP API and the drift reconciler.
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Creates tenants and tokens directly on the database.
     #[command(subcommand)]
     Admin(Admin),
@@ -354,6 +354,19 @@ struct Serve {
     /// only those that policies' require_approval rules name.
     #[arg(long)]
     require_approval: bool,
+    /// Webhooks may use http:// URLs, not only https:// (SPEC §18).
+    #[arg(long)]
+    webhook_allow_http: bool,
+    /// A network webhooks may reach although it is not public (loopback, private,
+    /// link-local, unique-local, metadata); repeatable.
+    #[arg(long = "webhook-allow", value_name = "CIDR", value_parser = parse_network)]
+    webhook_allow: Vec<ipnet::IpNet>,
+    /// A CA certificate (PEM) webhooks' TLS trusts besides the system's roots.
+    #[arg(long, value_name = "FILE.pem")]
+    webhook_ca: Option<PathBuf>,
+    /// Scales the webhooks' retry schedule and its 24-hour window (tests shorten them).
+    #[arg(long, hide = true, default_value_t = 1.0)]
+    webhook_time_scale: f64,
     /// A plugin check's CPU budget per call.
     #[arg(long, default_value = "1s", value_parser = duration(LIMITS.cpu))]
     plugin_cpu: Duration,
@@ -566,9 +579,10 @@ fn main() -> ExitCode {
 
 /// The commands that run here rather than against a server, with the log they write.
 fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
-    local::logs(matches!(&command, Command::Serve(Serve { log_format: LogFormat::Json, .. })));
+    local::logs(matches!(&command, Command::Serve(serve) if serve.log_format == LogFormat::Json));
     match command {
         Command::Serve(serve) => {
+            let serve = *serve;
             let (listen, demo) = (serve.listen.clone(), serve.demo);
             local::serve(serve.config(db_path)?, listen, demo)
         }
@@ -611,11 +625,23 @@ impl Serve {
         config.plugins = self.plugins;
         config.policies = self.policies;
         config.require_approval = self.require_approval;
+        config.webhook_reach =
+            fleet::webhooks::Reach { allow_http: self.webhook_allow_http, allow: self.webhook_allow };
+        config.webhook_ca = self.webhook_ca;
+        if !(self.webhook_time_scale > 0.0 && self.webhook_time_scale <= 1.0) {
+            bail!("--webhook-time-scale must be more than 0 and at most 1");
+        }
+        config.webhook_schedule = fleet::webhooks::Schedule { scale: self.webhook_time_scale };
         config.tls = self.tls_cert.zip(self.tls_key);
         config.plugin_budget.cpu = self.plugin_cpu;
         config.plugin_budget.memory_bytes = (self.plugin_memory_mib as usize) << 20;
         Ok(config)
     }
+}
+
+/// A network in CIDR notation, `127.0.0.0/8` or `fd00::/8`.
+fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse().map_err(|_| format!("{text:?} is not a network in CIDR notation, such as 10.0.0.0/8"))
 }
 
 /// The kinds of the modules named by their groups.

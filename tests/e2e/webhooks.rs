@@ -1,0 +1,232 @@
+//! Notifications end to end (SPEC §18): webhooks put and kept secret, every kind of
+//! event delivered to a real receiver on 127.0.0.1 that checks the signature with its
+//! own implementation (`support/webhook_receiver.py`, Python's hmac), retries with
+//! growing gaps, `410 Gone`, a server killed mid-delivery, and no reaching inside.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Server, code, problem_paths};
+
+/// A secret both sides know (the receiver needs it to check signatures).
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// What a server that may send to the receiver on 127.0.0.1 is started with.
+const LOCAL: [&str; 3] = ["--webhook-allow-http", "--webhook-allow", "127.0.0.0/8"];
+
+/// The receiver process, its port and its log.
+pub struct Receiver {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    /// A receiver answering `answers` (comma-separated; the last repeats).
+    pub fn start(answers: &str) -> Receiver {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("received.jsonl");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/support/webhook_receiver.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args([SECRET, log.to_str().unwrap(), answers])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().expect("the receiver prints its port");
+        Receiver { child, port, log, _dir: dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hook", self.port)
+    }
+
+    /// What it received so far, in order.
+    pub fn received(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    }
+
+    /// Waits (up to `patience`) until it received `count` requests.
+    pub fn wait_for(&self, count: usize, patience: Duration) -> Vec<Value> {
+        let started = Instant::now();
+        loop {
+            let received = self.received();
+            if received.len() >= count || started.elapsed() > patience {
+                return received;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn subscribe(server: &Server, token: &str, name: &str, url: &str, events: Value) -> Value {
+    server.ok(token, "webhooks/put", json!({"name": name, "url": url, "events": events, "secret": SECRET}))
+}
+
+fn estate(gpus: u64) -> Value {
+    json!({"sites": {"eu-west": {"region": "eu-west-1"}},
+           "providerAccounts": {"aws-main": {"provider": "aws"}},
+           "pools": {"gpu-a": {"site": "eu-west", "account": "aws-main", "class": "gpu", "owner": "team-ml", "gpus": gpus}}})
+}
+
+#[test]
+fn every_event_is_delivered_signed_and_the_secret_is_shown_once() {
+    let receiver = Receiver::start("200");
+    let server = Server::start(&LOCAL);
+    let token = server.tenant_with_token("acme");
+
+    let put = subscribe(&server, &token, "ops", &receiver.url(), json!(["*"]));
+    assert_eq!(put["secret"], SECRET);
+    assert_eq!(put["webhook"], json!({"name": "ops", "url": receiver.url(), "events": ["*"], "enabled": true}));
+    // Never again: not by get or list, nor in the audit trail.
+    for answer in [
+        server.ok(&token, "webhooks/get", json!({"name": "ops"})),
+        server.ok(&token, "webhooks/list", json!({})),
+        server.ok(&token, "audit/list", json!({"kind": "webhook"})),
+    ] {
+        assert!(!answer.to_string().contains("whsec_"), "{answer}");
+    }
+    let made = server.ok(&token, "webhooks/put", json!({"name": "made", "url": receiver.url(), "events": ["fleet.drifted"]}));
+    assert!(made["secret"].as_str().unwrap().starts_with("whsec_"), "{made}");
+
+    server.ok(&token, "fleet/apply", json!({"document": estate(8)}));
+    server.ok(&token, "proposals/create", json!({"document": estate(16)}));
+    let test = server.ok(&token, "webhooks/test", json!({"name": "ops"}));
+    let mut received = receiver.wait_for(3, Duration::from_secs(20));
+    // At least once, in no promised order: `data.seq` orders them (the test's is 0, last).
+    received.sort_by_key(|got| got["body"]["data"]["seq"].as_i64().map(|seq| if seq == 0 { i64::MAX } else { seq }));
+    let types: Vec<&str> = received.iter().map(|got| got["body"]["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["fleet.applied", "proposal.opened", "webhook.test"], "{received:?}");
+    for got in &received {
+        assert_eq!(got["valid"], true, "the receiver's own HMAC agrees: {got}");
+        assert_eq!(got["contentType"], "application/json");
+        assert_eq!(got["body"]["data"]["tenant"], "acme");
+    }
+    let applied = &received[0]["body"];
+    assert_eq!(applied["data"]["calls"], 3);
+    assert_eq!(applied["data"]["principal"], "alice");
+    assert_eq!(applied["data"]["revision"], 1);
+    assert!(applied["data"]["seq"].as_i64().unwrap() > 0);
+    assert_eq!(received[0]["id"], format!("evt_{}", applied["data"]["seq"]));
+    assert_eq!(received[2]["id"], test["id"]);
+
+    // `deliveries` shows every attempt, newest first.
+    let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
+    let states: Vec<(&str, &str, i64)> = deliveries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| (attempt["event"].as_str().unwrap(), attempt["state"].as_str().unwrap(), attempt["status"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(states, [("webhook.test", "delivered", 200), ("proposal.opened", "delivered", 200), ("fleet.applied", "delivered", 200)]);
+    let metrics = server.get("/metrics").1;
+    assert!(metrics.contains("fleet_webhook_deliveries_total{outcome=\"delivered\"} 3"), "{metrics}");
+    assert!(metrics.contains("fleet_webhook_pending 0"), "{metrics}");
+}
+
+#[test]
+fn failures_are_retried_with_growing_gaps_and_410_disables() {
+    let receiver = Receiver::start("500,500,500,200");
+    let gone = Receiver::start("410");
+    let mut flags = LOCAL.to_vec();
+    flags.extend(["--webhook-time-scale", "0.05"]);
+    let server = Server::start(&flags);
+    let token = server.tenant_with_token("acme");
+    subscribe(&server, &token, "flaky", &receiver.url(), json!(["fleet.applied"]));
+    subscribe(&server, &token, "gone", &gone.url(), json!(["fleet.applied"]));
+    server.ok(&token, "fleet/apply", json!({"document": estate(8)}));
+
+    let received = receiver.wait_for(4, Duration::from_secs(30));
+    assert_eq!(received.len(), 4, "{received:?}");
+    let ids: Vec<&Value> = received.iter().map(|got| &got["id"]).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "the same webhook-id on every retry: {ids:?}");
+    let at: Vec<f64> = received.iter().map(|got| got["at"].as_f64().unwrap()).collect();
+    let gaps: Vec<f64> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    assert!(gaps[0] < gaps[1] && gaps[1] < gaps[2], "the gaps grow: {gaps:?}");
+    let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "flaky"}))["deliveries"].clone();
+    let attempts: Vec<(i64, i64)> = deliveries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| (attempt["attempt"].as_i64().unwrap(), attempt["status"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(attempts, [(4, 200), (3, 500), (2, 500), (1, 500)]);
+
+    // 410 Gone disables the subscription: nothing more is sent to it.
+    gone.wait_for(1, Duration::from_secs(10));
+    let webhook = server.ok(&token, "webhooks/get", json!({"name": "gone"}))["webhook"].clone();
+    assert_eq!(webhook["enabled"], false, "{webhook}");
+    assert!(webhook["disabled"].as_str().unwrap().contains("410"), "{webhook}");
+    let (status, body) = server.call(&token, "webhooks/test", json!({"name": "gone"}));
+    assert_eq!((status, code(&body)), (409, "FAILED_PRECONDITION"), "{body}");
+    server.ok(&token, "fleet/apply", json!({"document": estate(9)}));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(gone.received().len(), 1);
+    let metrics = server.get("/metrics").1;
+    assert!(metrics.contains("fleet_webhook_deliveries_total{outcome=\"retried\"} 3"), "{metrics}");
+    assert!(metrics.contains("fleet_webhook_deliveries_total{outcome=\"failed\"} 1"), "{metrics}");
+}
+
+#[test]
+fn a_delivery_survives_a_kill_mid_attempt_with_its_webhook_id() {
+    let receiver = Receiver::start("hold,200");
+    let mut flags = LOCAL.to_vec();
+    flags.extend(["--webhook-time-scale", "0.1"]);
+    let mut server = Server::start(&flags);
+    let token = server.tenant_with_token("acme");
+    subscribe(&server, &token, "ops", &receiver.url(), json!(["fleet.applied"]));
+    server.ok(&token, "fleet/apply", json!({"document": estate(8)}));
+    // The first attempt is held by the receiver; the server dies in the middle of it.
+    let first = receiver.wait_for(1, Duration::from_secs(10));
+    assert_eq!(first.len(), 1);
+    server.kill();
+    let dir = server.stop();
+    let server = Server::start_in(dir, &flags);
+    let received = receiver.wait_for(2, Duration::from_secs(20));
+    assert_eq!(received.len(), 2, "delivered after the restart: {received:?}");
+    assert_eq!(received[1]["id"], received[0]["id"]);
+    assert_eq!(received[1]["valid"], true);
+    let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
+    assert_eq!(deliveries[0]["state"], "delivered", "{deliveries}");
+}
+
+#[test]
+fn webhooks_reach_nothing_inside_unless_the_deployment_admits_it() {
+    let receiver = Receiver::start("200");
+    let server = Server::start(&["--webhook-allow-http"]);
+    let token = server.tenant_with_token("acme");
+    // A name that resolves to 127.0.0.1, an address, the metadata address, a private one.
+    for url in [
+        format!("http://localhost:{}/hook", receiver.port),
+        receiver.url(),
+        "http://169.254.169.254/latest/meta-data".to_owned(),
+        "http://10.0.0.1/hook".to_owned(),
+        "http://[::1]/hook".to_owned(),
+    ] {
+        let (status, body) = server.call(&token, "webhooks/put", json!({"name": "in", "url": url, "events": ["*"]}));
+        assert_eq!((status, problem_paths(&body)), (400, vec!["/url".to_owned()]), "{url}: {body}");
+        assert!(body["error"]["details"]["problems"][0]["message"].as_str().unwrap().contains("not a public address"));
+    }
+    // https only, unless the deployment says otherwise.
+    let strict = Server::start(&[]);
+    let token = strict.tenant_with_token("acme");
+    let (_, body) = strict.call(&token, "webhooks/put", json!({"name": "plain", "url": "http://93.184.216.34/", "events": ["*"]}));
+    assert!(body["error"]["details"]["problems"][0]["message"].as_str().unwrap().contains("must be https"), "{body}");
+    let (_, body) = strict.call(&token, "webhooks/put", json!({"name": "x", "url": "https://93.184.216.34/", "events": ["nope"], "secret": "s"}));
+    assert_eq!(problem_paths(&body), ["/events", "/secret"], "{body}");
+    assert!(receiver.received().is_empty());
+}
