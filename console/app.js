@@ -13,6 +13,7 @@ import { renderStatus, showEvents } from './status.js';
 import { mountEstate, renderEstate, renderObject } from './estate.js';
 import { mountHistory, renderHistory } from './history.js';
 import { mountProposals, renderProposals } from './proposals.js';
+import { renderWebhooks } from './webhooks.js';
 import { renderCapacity } from './capacity.js';
 
 /** After each read of the tenant: who is signed in, and the plan view's planner over the new snapshot. */
@@ -60,7 +61,7 @@ function signOut() {
   // Nothing of the tenant stays in the page for whoever signs in next.
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
   for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to',
-    'proposal-list', 'proposal']) {
+    'proposal-list', 'proposal', 'webhook-list']) {
     $(id).replaceChildren();
   }
   for (const id of ['who', 'live', 'estate-count', 'shown', 'object-title']) $(id).textContent = '';
@@ -111,7 +112,7 @@ function route() {
 }
 
 /** The views, as the URL's fragment names them (`#estate/pool` is the estate's). */
-const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'proposals', 'history', 'capacity']);
+const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'proposals', 'history', 'webhooks', 'capacity']);
 
 /** The view on screen, to tell a redraw from a change of view. */
 let shownView = null;
@@ -122,6 +123,7 @@ async function render(view, rest) {
   else if (view === 'object') await renderObject(rest[0], rest[1]);
   else if (view === 'proposals') await renderProposals(rest[0]);
   else if (view === 'history') await renderHistory();
+  else if (view === 'webhooks') await renderWebhooks();
   else if (view === 'capacity') renderCapacity(tenant.document);
 }
 

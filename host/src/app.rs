@@ -275,11 +275,11 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
     });
     // The outbox is delivered by every replica that writes.
     let deliverer = (!app.config.read_only).then(|| {
-        let (deliverer, wake) = (app.core.deliverer.clone(), app.core.wake.clone());
+        let (deliverer, woken) = (app.core.deliverer.clone(), app.core.wake.subscribe());
         let mut stopped = stop.subscribe();
         tokio::spawn(async move {
             deliverer
-                .run(&wake, async move {
+                .run(woken, async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
                 })
                 .await;

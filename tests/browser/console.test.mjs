@@ -1,7 +1,7 @@
 // The console end to end (SPEC §16), in headless Chromium against the real binary:
 // sign-in and sign-out, the estate with plugin kinds, filter, sort and an object's
 // audit history and drift, the status updated live from the event stream, history with
-// difference and rollback, proposals proposed, reviewed and applied, capacity per owner, no string ever run as markup, no serious
+// difference and rollback, proposals proposed, reviewed and applied, webhooks and their attempts, capacity per owner, no string ever run as markup, no serious
 // accessibility violation (axe-core), and a 10,000-object estate. Screenshots of every
 // view go to target/artifacts/console-*.png (docs/console/ keeps a copy).
 
@@ -23,7 +23,9 @@ let token;
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   // Drift checks every second, so that the live status is seen within the test.
-  server = await startServer(['--drift-interval', '1s', '--plugin', PLUGIN]);
+  // Webhooks may reach 127.0.0.1 (a closed port there: every attempt is refused).
+  server = await startServer(['--drift-interval', '1s', '--plugin', PLUGIN,
+    '--webhook-allow-http', '--webhook-allow', '127.0.0.0/8']);
   token = server.tenantWithToken('acme');
   const document = estate();
   document.reservations = {
@@ -272,6 +274,30 @@ test('proposals: the Plan view proposes, another principal approves with a comme
   assert.deepEqual([...problems, ...second.problems], []);
 });
 
+test('webhooks: each with its latest delivery attempts, an error said in words', async () => {
+  const own = server.tenantWithToken('hooks', 'wanda');
+  await server.ok(own, 'webhooks/put', { name: 'ops', url: 'http://127.0.0.1:9/hook', events: ['*'] });
+  await server.ok(own, 'webhooks/test', { name: 'ops' });
+  // The first attempt is refused (nothing listens on port 9) and waits for its retry.
+  for (let tries = 0; ; tries += 1) {
+    const { deliveries } = await server.ok(own, 'webhooks/deliveries', { name: 'ops' });
+    if (deliveries.length) break;
+    assert.ok(tries < 100, 'an attempt within 10 s');
+    await new Promise((done) => setTimeout(done, 100));
+  }
+  const { page, problems } = await signIn(browser, server, own, '#webhooks');
+  const section = page.locator('section.webhook', { hasText: 'ops' });
+  await section.locator('table tbody tr').first().waitFor();
+  assert.match(await section.textContent(), /http:\/\/127\.0\.0\.1:9\/hook/);
+  const row = await section.locator('table tbody tr').first().textContent();
+  assert.match(row, /webhook\.test/);
+  assert.match(row, /connecting to 127\.0\.0\.1:9/);
+  assert.match(row, /pending/);
+  assert.deepEqual(await violations(page), []);
+  await shot(page, 'webhooks');
+  assert.deepEqual(problems, []);
+});
+
 test('capacity: per owner, quota against owned pools and offers, with an overcommit marked in words', async () => {
   const { page, problems } = await signIn(browser, server, token);
   await go(page, 'capacity');
@@ -336,8 +362,9 @@ test('no string reaches the DOM as markup: a planted <img onerror> stays text in
 test('every view passes axe-core with no serious or critical violation', async () => {
   const { page, problems } = await signIn(browser, server, token);
   const found = {};
-  for (const view of ['status', 'estate', 'plan', 'proposals', 'history', 'capacity']) {
+  for (const view of ['status', 'estate', 'plan', 'proposals', 'history', 'webhooks', 'capacity']) {
     await go(page, view);
+    if (view === 'webhooks') await page.locator('#webhook-list > *').first().waitFor();
     if (view === 'plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
     if (view === 'proposals') await page.locator('#proposal-list > *').first().waitFor();
     if (view === 'history') await page.locator('#revision-table').waitFor();
@@ -350,7 +377,7 @@ test('every view passes axe-core with no serious or critical violation', async (
   found['sign-in'] = await violations(page);
   await shot(page, 'sign-in');
   assert.deepEqual(found, {
-    status: [], estate: [], plan: [], proposals: [], history: [], capacity: [], object: [], 'sign-in': [],
+    status: [], estate: [], plan: [], proposals: [], history: [], webhooks: [], capacity: [], object: [], 'sign-in': [],
   });
   // Every control is reachable by keyboard: the first Tab lands on the skip link, then the form.
   await page.reload();
@@ -407,7 +434,7 @@ test('every view fits a 1280×800 screen and a 390×844 phone: nothing scrolls s
   const found = {};
   for (const [width, height] of [[1280, 800], [390, 844]]) {
     await page.setViewportSize({ width, height });
-    for (const view of ['status', 'estate', 'object', 'plan', 'proposals', 'history', 'capacity']) {
+    for (const view of ['status', 'estate', 'object', 'plan', 'proposals', 'history', 'webhooks', 'capacity']) {
       if (view === 'object') {
         await page.evaluate(() => { location.hash = '#object/pool/gpu-a'; });
         await page.locator('#object-audit table').waitFor();
@@ -416,6 +443,7 @@ test('every view fits a 1280×800 screen and a 390×844 phone: nothing scrolls s
       }
       if (view === 'plan') await page.locator('#plan-hash', { hasText: 'sha256:' }).waitFor();
       if (view === 'proposals') await page.locator('#proposal-list > *').first().waitFor();
+      if (view === 'webhooks') await page.locator('#webhook-list > *').first().waitFor();
       if (view === 'history') await page.locator('#revision-table').waitFor();
       const problemsHere = await page.evaluate(layoutProblems);
       const wrong = problemsHere.sideways > 0 || problemsHere.outside.length || problemsHere.overlapping.length;

@@ -368,7 +368,8 @@ fn status_says_when_it_checked_and_exits_2_when_drifted() {
     assert!(status["checkedAt"].as_str().unwrap().ends_with('Z'));
     assert_eq!(status["drift"]["summary"]["update"], 1);
     let events = server.ok(&token, "events/list", json!({}))["events"].clone();
-    assert_eq!(events[0]["type"], "fleet.drifted");
+    let types: Vec<&str> = events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["fleet.applied", "fleet.drifted"]);
 }
 
 #[test]

@@ -281,10 +281,16 @@ fn concurrent_applies_never_duplicate() {
     assert_eq!(exported["pools"]["gpu-a"]["gpus"], latest["pools"]["gpu-a"]["gpus"]);
 }
 
+/// The tenant's events but its applies' own (`fleet.applied`), after `after`.
+fn drift_events(server: &Server, token: &str, after: &Value) -> Vec<Value> {
+    let events = server.ok(token, "events/list", json!({"after": after}))["events"].as_array().unwrap().clone();
+    events.into_iter().filter(|event| event["type"] != "fleet.applied").collect()
+}
+
 fn wait_for_events(server: &Server, token: &str, count: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let events = server.ok(token, "events/list", json!({}))["events"].as_array().unwrap().clone();
+        let events = drift_events(server, token, &json!(0));
         if events.len() >= count || Instant::now() > deadline {
             return events;
         }
@@ -313,7 +319,7 @@ fn drift_is_detected_and_converges_with_one_event_each() {
 
     // Still drifted the same way: no second event.
     std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(server.ok(&token, "events/list", json!({}))["events"].as_array().unwrap().len(), 1);
+    assert_eq!(drift_events(&server, &token, &json!(0)).len(), 1);
 
     server.ok(&token, "pools/update", json!({"id": pool["id"], "gpus": 64}));
     let events = wait_for_events(&server, &token, 2);
@@ -322,8 +328,7 @@ fn drift_is_detected_and_converges_with_one_event_each() {
     assert!(events[1]["seq"].as_i64() > events[0]["seq"].as_i64());
     assert!(server.ok(&token, "fleet/status", json!({})).get("drift").is_none());
 
-    let after = server.ok(&token, "events/list", json!({"after": events[0]["seq"]}))["events"].clone();
-    assert_eq!(after.as_array().unwrap().len(), 1);
+    assert_eq!(drift_events(&server, &token, &events[0]["seq"]).len(), 1);
     assert_eq!(server.ok(&neighbour, "events/list", json!({}))["events"], json!([]));
 }
 
@@ -336,8 +341,8 @@ fn an_apply_resets_drift_to_converged() {
     server.ok(&token, "pools/update", json!({"id": pool["id"], "vcpus": 1}));
     assert_eq!(wait_for_events(&server, &token, 1)[0]["type"], "fleet.drifted");
     server.ok(&token, "fleet/apply", json!({"document": estate()}));
-    let events = server.ok(&token, "events/list", json!({}))["events"].clone();
-    assert_eq!(events[1]["type"], "fleet.converged", "{events}");
+    let events = drift_events(&server, &token, &json!(0));
+    assert_eq!(events[1]["type"], "fleet.converged", "{events:?}");
     assert!(server.ok(&token, "fleet/status", json!({})).get("drift").is_none());
 }
 
@@ -473,6 +478,9 @@ fn drift_events_stream_as_server_sent_events() {
     let pool = server.ok(&token, "pools/list", json!({}))["items"][0]["id"].clone();
     server.ok(&token, "pools/update", json!({"id": pool, "gpus": 1}));
     let mut lines = BufReader::new(stream).lines();
+    // The apply's own event first (the stream replays it), then the drift.
+    let event = lines.by_ref().map(Result::unwrap).find(|line| line.starts_with("event: ")).unwrap();
+    assert_eq!(event, "event: fleet.applied");
     let event = lines.by_ref().map(Result::unwrap).find(|line| line.starts_with("event: ")).unwrap();
     assert_eq!(event, "event: fleet.drifted");
     let data = lines.next().unwrap().unwrap();
@@ -509,20 +517,21 @@ fn a_read_only_server_writes_nothing() {
     server.ok(&token, "pools/update", json!({"id": pool, "gpus": 1}));
     let dir = server.stop();
 
+    // The apply's own event (fleet.applied) is the only one.
     let rows = |db: &std::path::Path| -> (i64, i64) {
         let mut db = Sql::open(db);
         (db.number("SELECT count(*) FROM events"), db.number("SELECT count(*) FROM fleet_drift"))
     };
-    assert_eq!(rows(&database_of(dir.path())), (0, 0));
+    assert_eq!(rows(&database_of(dir.path())), (1, 0));
     let server = Server::start_in(dir, &["--read-only", "--drift-interval", "200ms"]);
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(rows(&server.db_path()), (0, 0), "no drift recorded, no event published");
+    assert_eq!(rows(&server.db_path()), (1, 0), "no drift recorded, no event published");
     let (status, body) = server.call(&token, "pools/update", json!({"id": pool, "gpus": 2}));
     assert_eq!((status, code(&body)), (501, "UNSUPPORTED"));
     // A status that checks now finds the drift, and records nothing.
     let refreshed = server.ok(&token, "fleet/status", json!({"refresh": true}));
     assert_eq!(refreshed["drift"]["summary"]["update"], 1, "{refreshed}");
-    assert_eq!(rows(&server.db_path()), (0, 0));
+    assert_eq!(rows(&server.db_path()), (1, 0));
     assert_eq!(server.ok(&token, "fleet/export", json!({}))["document"]["pools"]["gpu-a"]["gpus"], 1);
 
     // A read-only server never creates or migrates a database.

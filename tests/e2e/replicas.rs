@@ -25,9 +25,11 @@ fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// The tenant's events but its applies' own (`fleet.applied`).
 fn event_types(server: &Server, token: &str) -> Vec<String> {
     let events = server.ok(token, "events/list", json!({}))["events"].clone();
-    events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap().to_owned()).collect()
+    let types = events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap().to_owned());
+    types.filter(|kind| kind != "fleet.applied").collect()
 }
 
 /// An SSE subscriber: a thread that keeps everything the stream sends.

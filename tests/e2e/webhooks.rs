@@ -28,12 +28,22 @@ pub struct Receiver {
 impl Receiver {
     /// A receiver answering `answers` (comma-separated; the last repeats).
     pub fn start(answers: &str) -> Receiver {
+        Receiver::launch(answers, &[])
+    }
+
+    /// As [`Receiver::start`], serving HTTPS with this certificate and key.
+    pub fn start_tls(answers: &str, certificate: &Path, key: &Path) -> Receiver {
+        Receiver::launch(answers, &[certificate, key])
+    }
+
+    fn launch(answers: &str, tls: &[&Path]) -> Receiver {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("received.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/support/webhook_receiver.py");
         let mut child = Command::new("python3")
             .arg(script)
             .args([SECRET, log.to_str().unwrap(), answers])
+            .args(tls)
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 runs the receiver");
@@ -229,4 +239,76 @@ fn webhooks_reach_nothing_inside_unless_the_deployment_admits_it() {
     let (_, body) = strict.call(&token, "webhooks/put", json!({"name": "x", "url": "https://93.184.216.34/", "events": ["nope"], "secret": "s"}));
     assert_eq!(problem_paths(&body), ["/events", "/secret"], "{body}");
     assert!(receiver.received().is_empty());
+}
+
+#[test]
+fn https_deliveries_verify_the_receivers_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls::pki(dir.path());
+    let receiver = Receiver::start_tls("200", &pki.certificate, &pki.key);
+    let url = format!("https://localhost:{}/hook", receiver.port);
+    let ca = pki.ca.to_str().unwrap();
+    let inside = ["--webhook-allow", "127.0.0.0/8", "--webhook-allow", "::1/128", "--webhook-time-scale", "0.05"];
+
+    // A server that trusts the receiver's CA delivers to it.
+    let mut flags = inside.to_vec();
+    flags.extend(["--webhook-ca", ca]);
+    let trusting = Server::start(&flags);
+    let token = trusting.tenant_with_token("acme");
+    subscribe(&trusting, &token, "ops", &url, json!(["*"]));
+    trusting.ok(&token, "webhooks/test", json!({"name": "ops"}));
+    let received = receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0]["valid"], true);
+
+    // One that does not refuses the handshake: the attempt fails, nothing arrives.
+    let untrusting = Server::start(&inside);
+    let token = untrusting.tenant_with_token("acme");
+    subscribe(&untrusting, &token, "ops", &url, json!(["*"]));
+    untrusting.ok(&token, "webhooks/test", json!({"name": "ops"}));
+    let started = Instant::now();
+    let error = loop {
+        let deliveries = untrusting.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
+        if let Some(error) = deliveries[0]["error"].as_str() {
+            break error.to_owned();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "no attempt: {deliveries}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(error.starts_with("TLS"), "{error}");
+    assert_eq!(receiver.received().len(), 1);
+}
+
+#[test]
+fn a_dead_endpoint_delays_no_other_tenant_and_its_outbox_is_capped() {
+    let dead = Receiver::start("hold");
+    let alive = Receiver::start("200");
+    let server = Server::start(&LOCAL);
+    let stuck = server.tenant_with_token("stuck");
+    subscribe(&server, &stuck, "dead", &dead.url(), json!(["*"]));
+    // More than a replica's sixteen attempts at once, all held by the dead endpoint if
+    // nothing bounded a tenant's share.
+    for _ in 0..40 {
+        server.ok(&stuck, "webhooks/test", json!({"name": "dead"}));
+    }
+    dead.wait_for(2, Duration::from_secs(10));
+    let other = server.tenant_with_token("other");
+    subscribe(&server, &other, "alive", &alive.url(), json!(["*"]));
+    let test = server.ok(&other, "webhooks/test", json!({"name": "alive"}));
+    // Delivered while the other tenant's attempts hang (each for 10 s).
+    let received = alive.wait_for(1, Duration::from_secs(5));
+    assert_eq!(received.len(), 1, "the other tenant's delivery waited for the dead endpoint");
+    assert_eq!(received[0]["id"], test["id"]);
+    // Without a tenant's bound, sixteen attempts would hang there at once.
+    assert!(dead.received().len() < 16, "at most two of a tenant's attempts in flight: {}", dead.received().len());
+
+    // The dead endpoint's outbox stops at 1000 pending: the oldest fail, saying why.
+    for _ in 0..965 {
+        server.ok(&stuck, "webhooks/test", json!({"name": "dead"}));
+    }
+    let metrics = server.get("/metrics").1;
+    assert!(metrics.contains("fleet_webhook_pending 1000"), "{}", metrics.lines().filter(|line| line.contains("webhook")).collect::<Vec<_>>().join("\n"));
+    let deliveries = server.ok(&stuck, "webhooks/deliveries", json!({"name": "dead", "limit": 1000}))["deliveries"].clone();
+    let dropped = deliveries.as_array().unwrap().iter().filter(|attempt| attempt["error"].as_str().is_some_and(|error| error.starts_with("dropped"))).count();
+    assert_eq!(dropped, 5, "1005 made, 1000 kept");
 }

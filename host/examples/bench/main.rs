@@ -26,6 +26,7 @@ mod rss;
 mod server;
 mod small;
 mod support;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -120,6 +121,7 @@ async fn run(args: Args) -> Result<()> {
     let apply = apply::large(&server, &document).await?;
     add(&mut report, json!({"apply_ms": ms(apply)}));
     add(&mut report, apply::proposal(&server, &document).await?);
+    add(&mut report, webhooks::figures(&server, &document).await?);
     add(&mut report, apply::history(&server, &document, args.runs).await?);
     let changed = with_changed_pools(&document);
     let planner = planner::Planner::new(&server, &changed).await?;
@@ -200,7 +202,8 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
 
 /// The ratios of figures of different groups: `(ratio, figure, over figure)`. A ratio
 /// of a figure the run left out is left out; one of a figure that failed is null.
-const RATIOS: [(&str, &str, &str); 5] = [
+const RATIOS: [(&str, &str, &str); 6] = [
+    ("apply_webhooks_over_apply", "apply_webhooks_ms", "apply_ms"),
     ("policies_over_plan", "http_plan_policies_ms_p50", "http_plan_ms_p50"),
     ("proposal_apply_over_apply", "proposal_apply_ms", "apply_ms"),
     ("apply_after_revisions_over_first", "apply_after_revisions_ms", "apply_ms"),

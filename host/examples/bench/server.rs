@@ -30,7 +30,7 @@ pub struct Server {
 /// A token of every permission for each tenant: `bench` holds the large estate,
 /// `small` the demo estate, `plugins` an estate half of plugin objects, `history` one
 /// with 10,000 earlier revisions, `proposals` the large estate applied as a proposal
-/// (`reviewer` reviews it there).
+/// (`reviewer` reviews it there), `webhooks` the large apply with ten webhooks.
 pub struct Tokens {
     pub bench: String,
     pub small: String,
@@ -38,6 +38,7 @@ pub struct Tokens {
     pub history: String,
     pub proposals: String,
     pub reviewer: String,
+    pub webhooks: String,
 }
 
 /// The tenants' time of creation.
@@ -52,6 +53,8 @@ impl Server {
         config.budget.memory_bytes = 1 << 30;
         // A million objects' document is about 100 MB.
         config.body_limit = 256 << 20;
+        // The webhook figures' receiver is on 127.0.0.1, over http.
+        config.webhook_reach = fleet::webhooks::Reach { allow_http: true, allow: vec!["127.0.0.0/8".parse()?] };
         config.plugins = vec![std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm")];
         // Off the runtime's threads: the PostgreSQL client runs a runtime of its own.
         let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
@@ -68,6 +71,7 @@ impl Server {
                 history: token("history")?,
                 proposals: token("proposals")?,
                 reviewer: auth::create_token(&db, "proposals", "bob", &["compute:*:* @ *".to_owned()], NOW, None)?,
+                webhooks: token("webhooks")?,
             })
         })?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;

@@ -30,7 +30,7 @@ macro_rules! scripts {
         [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
     };
 }
-const SCRIPTS: [(&str, &str, &str); 10] = scripts![
+const SCRIPTS: [(&str, &str, &str); 11] = scripts![
     "app.js",
     "session.js",
     "dom.js",
@@ -40,6 +40,7 @@ const SCRIPTS: [(&str, &str, &str); 10] = scripts![
     "estate.js",
     "history.js",
     "proposals.js",
+    "webhooks.js",
     "capacity.js",
 ];
 const PAGES: [(&str, &str, &str); 2] = [

@@ -29,7 +29,6 @@ use super::address::{Reach, Target};
 use super::sign;
 use crate::api::ApiError;
 use crate::db::{self, Conn, Pool, params};
-use crate::events::Wake;
 use crate::metrics::Metrics;
 
 /// How long one attempt may take, connecting and reading the answer included.
@@ -150,10 +149,14 @@ impl Deliverer {
         Ok(Deliverer { db, reach, tls, schedule, metrics, permits: Arc::new(Semaphore::new(IN_FLIGHT)) })
     }
 
-    /// Delivers until `shutdown`: woken by every event committed here (or, on
-    /// PostgreSQL, by another replica), and every [`POLL`] for retries that fall due.
-    pub async fn run(self: Arc<Self>, wake: &Wake, shutdown: impl std::future::Future<Output = ()>) {
-        let mut woken = wake.subscribe();
+    /// Delivers until `shutdown`: `woken` by every event committed here (or, on
+    /// PostgreSQL, by another replica: the event stream's wake), and every [`POLL`] for
+    /// retries that fall due.
+    pub async fn run(
+        self: Arc<Self>,
+        mut woken: tokio::sync::broadcast::Receiver<()>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
         loop {
             tokio::select! {

@@ -5,9 +5,9 @@ Verifies each delivery's Standard Webhooks signature with Python's own hmac, an
 implementation independent of fleet's; appends what it received to a JSON-lines log;
 and answers as told. Usage:
 
-    webhook_receiver.py SECRET LOG ANSWERS
+    webhook_receiver.py SECRET LOG ANSWERS [CERT KEY]
 
-ANSWERS is a comma-separated list of what to answer to the 1st, 2nd, … request (the
+With CERT and KEY (PEM files) it serves HTTPS. ANSWERS is a comma-separated list of what to answer to the 1st, 2nd, … request (the
 last repeats): a status code, or `hold` (keep the request unanswered for 30 s). It
 prints its port on stdout once it listens on 127.0.0.1.
 """
@@ -16,6 +16,7 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 import sys
 import threading
 import time
@@ -60,5 +61,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+if len(sys.argv) > 5:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[4], sys.argv[5])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
