@@ -279,7 +279,8 @@ impl Deliverer {
             return Err(format!("connected to {}, which is not a public address", peer.ip()));
         }
         let timestamp = now_ms() / 1000;
-        let request = request(&target, delivery, &sign::signature(&key, &delivery.message, timestamp, &delivery.body))?;
+        let signature = sign::signature(&key, &delivery.message, timestamp, &delivery.body);
+        let request = request(&target, delivery, timestamp, &signature)?;
         if target.https {
             let name =
                 ServerName::try_from(target.host.clone()).map_err(|_| format!("{} is no TLS name", target.host))?;
@@ -397,7 +398,13 @@ async fn connect(addresses: &[SocketAddr]) -> Result<TcpStream, String> {
     Err(last)
 }
 
-fn request(target: &Target, delivery: &Claimed, signature: &str) -> Result<Request<Full<Bytes>>, String> {
+/// The delivery's request, signed at `timestamp` (the signature covers it).
+fn request(
+    target: &Target,
+    delivery: &Claimed,
+    timestamp: i64,
+    signature: &str,
+) -> Result<Request<Full<Bytes>>, String> {
     let path = target.uri.path_and_query().map_or("/", |path| path.as_str());
     let host = target.uri.authority().map_or(target.host.as_str(), |authority| authority.as_str());
     Request::post(path)
@@ -405,7 +412,7 @@ fn request(target: &Target, delivery: &Claimed, signature: &str) -> Result<Reque
         .header(CONTENT_TYPE, "application/json")
         .header(USER_AGENT, concat!("fleet-webhooks/", env!("CARGO_PKG_VERSION")))
         .header("webhook-id", &delivery.message)
-        .header("webhook-timestamp", (now_ms() / 1000).to_string())
+        .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
         .body(Full::new(Bytes::from(delivery.body.clone())))
         .map_err(|error| format!("the request cannot be made: {error}"))
