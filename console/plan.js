@@ -462,15 +462,22 @@ async function apply() {
       const now = session.plan;
       showOutcome(false, 'Not applied: the estate changed since this plan was made. The plan above is new; review it and apply again.',
         now ? whatMoved(applying, now) : undefined);
-    } else if (error instanceof ApiFailure) {
-      const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
-      showOutcome(false, error.explained, detail);
     } else {
-      showNotice(explain(error));
+      showRefusal(error);
     }
   } finally {
     session.busy = false;
     replan();
+  }
+}
+
+/** An action's refusal: the server's, with what it lists, below the plan; else a notice. */
+function showRefusal(error) {
+  if (error instanceof ApiFailure) {
+    const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
+    showOutcome(false, error.explained, detail);
+  } else {
+    showNotice(explain(error));
   }
 }
 
@@ -492,13 +499,7 @@ async function propose() {
       'Another principal reviews it in the Proposals view; once approved, it is applied from there.');
     location.hash = `#proposals/${proposal.number}`;
   } catch (error) {
-    if (error instanceof SignedOut) return;
-    if (error instanceof ApiFailure) {
-      const detail = error.details && Object.keys(error.details).length ? error.details : undefined;
-      showOutcome(false, error.explained, detail);
-    } else {
-      showNotice(explain(error));
-    }
+    if (!(error instanceof SignedOut)) showRefusal(error);
   } finally {
     session.busy = false;
     replan();

@@ -206,6 +206,13 @@ struct Applied<'a> {
     overrides: Vec<AppliedOverride<'a>>,
 }
 
+impl Applied<'_> {
+    /// `[{"policy", "reason"}]`, as history keeps and `fleet.applied` tells them.
+    fn overrides_json(&self) -> Value {
+        self.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect()
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct AppliedOverride<'a> {
     #[serde(borrow)]
@@ -273,8 +280,7 @@ fn record(
         }
     };
     let (document, prune) = (request.document.get(), request.prune);
-    let overrides: Value =
-        applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
+    let overrides = applied.overrides_json();
     let (applied_at, calls) = (db::now(), applied.applied);
     let kept = history::Kept {
         document,
@@ -287,12 +293,7 @@ fn record(
         proposal,
     };
     let revision = history::keep(db, &caller.tenant, &kept)?;
-    let mut data = json!({"revision": revision, "planHash": plan.plan_hash, "principal": caller.principal,
-                          "calls": calls, "overrides": overrides});
-    if let Some(proposal) = proposal {
-        data["proposal"] = json!(proposal);
-    }
-    events::publish(&planning.metrics, db, &caller.tenant, events::APPLIED, &data)?;
+    publish_applied(planning, db, caller, applied, revision, proposal)?;
     db.execute(
         "INSERT INTO fleet_applied
            (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
@@ -359,10 +360,24 @@ fn record_heal(
     db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
     let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
     events::publish(&planning.metrics, db, &caller.tenant, events::HEALED, &data)?;
-    let overrides: Vec<Value> =
-        applied.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect();
-    let data = json!({"revision": heal.revision, "planHash": plan.plan_hash, "principal": caller.principal,
-                      "calls": applied.applied, "overrides": overrides});
+    publish_applied(planning, db, caller, applied, heal.revision, None)
+}
+
+/// `fleet.applied` (SPEC §18), which every apply, heal and proposal apply publishes:
+/// the revision it made (or a heal restored) and how.
+fn publish_applied(
+    planning: &Planning,
+    db: &Conn,
+    caller: &Caller,
+    applied: &Applied,
+    revision: i64,
+    proposal: Option<i64>,
+) -> Result<(), ApiError> {
+    let mut data = json!({"revision": revision, "planHash": applied.plan.plan_hash, "principal": caller.principal,
+                          "calls": applied.applied, "overrides": applied.overrides_json()});
+    if let Some(proposal) = proposal {
+        data["proposal"] = json!(proposal);
+    }
     events::publish(&planning.metrics, db, &caller.tenant, events::APPLIED, &data)?;
     Ok(())
 }
