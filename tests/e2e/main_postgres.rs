@@ -5,5 +5,6 @@
 #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
 
 include!("suite.rs");
+mod failover; // §12, amendment "Failover"
 mod postgres; // §12
 mod replicas; // §12

@@ -14,7 +14,7 @@ use crate::support::{Launch, Server, code, database_of};
 const INTERVAL: &str = "1s";
 
 /// Polls `done` until it holds or `limit` passes; says whether it held.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let started = Instant::now();
     while started.elapsed() < limit {
         if done() {
@@ -33,7 +33,7 @@ fn event_types(server: &Server, token: &str) -> Vec<String> {
 }
 
 /// An SSE subscriber: a thread that keeps everything the stream sends.
-fn subscribe(server: &Server, token: &str) -> std::sync::Arc<std::sync::Mutex<String>> {
+pub fn subscribe(server: &Server, token: &str) -> std::sync::Arc<std::sync::Mutex<String>> {
     let mut stream = TcpStream::connect(server.address()).unwrap();
     let request = format!(
         "GET /api/compute/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",

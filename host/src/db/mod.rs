@@ -359,12 +359,24 @@ pub fn transaction<T>(db: &Conn, mode: Tx<'_>, work: impl FnOnce(&Conn) -> Resul
     finish(db, outcome)
 }
 
+/// What a client is told when the database went away as its change was committed.
+pub const COMMIT_UNKNOWN: &str = "the database went away as the change was committed, so it may or may not have \
+     been made; sending the same request again is safe for fleet.apply (it plans again) and for a create with an \
+     idempotencyKey";
+
 /// Ends the transaction [`begin`] opened as `outcome` says: committed when it is `Ok`,
-/// rolled back otherwise (and when the commit fails).
+/// rolled back otherwise (and when the commit fails). A commit whose answer was lost
+/// with the connection is `UNAVAILABLE` with [`COMMIT_UNKNOWN`].
 pub fn finish<T>(db: &Conn, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
     match outcome {
         Ok(value) => {
             if let Err(error) = commit(db) {
+                // The connection went as the commit was sent: only the database knows
+                // whether it committed, and it is out of reach.
+                if error.passing() == Some(Passing::Outage) {
+                    tracing::warn!(%error, "lost the connection to the database while committing");
+                    return Err(ApiError::new(crate::api::Code::Unavailable, COMMIT_UNKNOWN));
+                }
                 if let Err(rollback) = rollback(db) {
                     tracing::error!(%rollback, "rollback after a failed commit failed");
                 }

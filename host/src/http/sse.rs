@@ -2,7 +2,8 @@
 //! the tenant's events as Server-Sent Events, authorized like `compute.events.list` and
 //! asked again before every delivery, so that a token revoked (by any process on the
 //! database), expired or stripped of its grant since the stream opened gets nothing
-//! more: its stream ends.
+//! more: its stream ends. While the database is away (an outage, a failover) a stream
+//! waits and then resumes after the last event it sent, skipping and repeating none.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub const STREAM_PATH: &str = "/api/compute/events/stream";
 const LIST: &str = "compute.events.list";
 
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// How often a stream whose database is away looks again.
+const OUTAGE_RETRY: Duration = Duration::from_millis(500);
 
 /// What the streams need: who may read them, what wakes them, and when the server
 /// stops (they never end by themselves).
@@ -109,8 +112,20 @@ pub async fn stream(events: Events, request: Request<Incoming>) -> Result<Respon
             };
             let events = match batch {
                 Ok(Ok(events)) => events,
+                // The database is away (an outage, a failover): the stream waits for it
+                // and resumes where it was. A keep-alive each time finds a client gone.
+                Ok(Err(error)) if error.code == crate::api::Code::Unavailable => {
+                    let keep_alive = sender.send(Frame::data(Bytes::from_static(b": keep-alive\n\n")));
+                    if keep_alive.await.is_err() {
+                        return;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(OUTAGE_RETRY) => continue,
+                        _ = stopping.wait_for(|stopping| *stopping) => return,
+                    }
+                }
                 Ok(Err(error)) => {
-                    tracing::info!(%error, "an event stream ended (its token no longer answers for it, or the database is away)");
+                    tracing::info!(%error, "an event stream ended: its token no longer answers for it");
                     return;
                 }
                 Err(_) => return,

@@ -98,20 +98,30 @@ fn as_unprivileged(command: &mut Command) -> &mut Command {
     }
 }
 
-/// A new cluster's data directory (in a temp dir named with `prefix`, owned by the
-/// unprivileged user), in its `data`: the server binaries and the directory.
-fn initdb(prefix: &str) -> (PathBuf, PathBuf) {
-    let Some(bin) = binaries() else { missing() };
+/// A new directory for a cluster (in a temp dir named with `prefix`), with an empty
+/// `data` inside; both owned by the unprivileged user, `data` private as PostgreSQL
+/// wants it.
+fn own_dir(prefix: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::Builder::new().prefix(prefix).tempdir().expect("a temp dir").keep();
     let data = dir.join("data");
     std::fs::create_dir(&data).expect("the data directory");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("a private data directory");
     if let Some((uid, gid)) = unprivileged() {
         for owned in [&dir, &data] {
             std::os::unix::fs::chown(owned, Some(uid), Some(gid)).expect("chown the cluster's directory");
         }
     }
+    dir
+}
+
+/// A new cluster's data directory (in a temp dir named with `prefix`, owned by the
+/// unprivileged user), in its `data`: the server binaries and the directory.
+fn initdb(prefix: &str) -> (PathBuf, PathBuf) {
+    let Some(bin) = binaries() else { missing() };
+    let dir = own_dir(prefix);
     let mut initdb = Command::new(bin.join("initdb"));
-    initdb.args(["-D"]).arg(&data).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    initdb.args(["-D"]).arg(dir.join("data")).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
     let output = as_unprivileged(&mut initdb).stdout(Stdio::null()).output().expect("initdb runs");
     assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
     (bin, dir)
@@ -164,7 +174,8 @@ fn start() -> Cluster {
 
 /// A cluster of one test's own, which it can stop and start again (a database that
 /// goes away and comes back): `pg_ctl` on a data directory of its own. Dropped, it
-/// stops and is removed.
+/// stops and is removed. Two make a primary and its synchronous standby
+/// ([`Restartable::standby_of`]), which a test fails over ([`Restartable::promote`]).
 #[allow(dead_code, reason = "the PostgreSQL-only tests use it; the SQLite suite compiles this harness too")]
 pub struct Restartable {
     bin: PathBuf,
@@ -176,11 +187,49 @@ pub struct Restartable {
 impl Restartable {
     pub fn new() -> Restartable {
         let (bin, dir) = initdb("fleet-pg-own-");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let cluster = Restartable { bin, dir, port };
+        let cluster = Restartable { bin, dir, port: free_port() };
         cluster.start();
         cluster.client("postgres").batch_execute("CREATE DATABASE fleet").expect("a database");
         cluster
+    }
+
+    /// A streaming standby of `primary` on `port` (a free one when `None`), made as an
+    /// operator would: `pg_basebackup -R` of the running primary, then started. It
+    /// reads only until promoted.
+    pub fn standby_of(primary: &Restartable, port: Option<u16>) -> Restartable {
+        let dir = own_dir("fleet-pg-standby-");
+        let mut backup = Command::new(primary.bin.join("pg_basebackup"));
+        backup.args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", USER, "-X", "stream", "-R"]);
+        backup.args(["--no-sync", "--checkpoint=fast", "-D"]).arg(dir.join("data"));
+        let output = as_unprivileged(&mut backup).stdout(Stdio::null()).output().expect("pg_basebackup runs");
+        assert!(output.status.success(), "pg_basebackup failed: {}", String::from_utf8_lossy(&output.stderr));
+        let standby = Restartable { bin: primary.bin.clone(), dir, port: port.unwrap_or_else(free_port) };
+        standby.start();
+        standby
+    }
+
+    /// Makes every commit wait until a standby has it (`synchronous_standby_names`), and
+    /// waits until one does: what keeps an acknowledged commit through a failover.
+    pub fn require_synchronous_standby(&self) {
+        let mut client = self.client("postgres");
+        client.batch_execute("ALTER SYSTEM SET synchronous_standby_names = '*'").unwrap();
+        client.batch_execute("SELECT pg_reload_conf()").unwrap();
+        let started = Instant::now();
+        let synchronous = "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'";
+        while client.query_one(synchronous, &[]).unwrap().get::<_, i64>(0) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(30), "no standby became synchronous");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Promotes this standby to the primary (`pg_ctl promote`) and waits until it is.
+    pub fn promote(&self) {
+        self.pg_ctl(&["-w", "promote"]);
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of its database `fleet`.
@@ -190,6 +239,22 @@ impl Restartable {
 
     fn client(&self, database: &str) -> postgres::Client {
         connect(&format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port))
+    }
+
+    /// Runs one of the cluster's own tools (`pg_dump`, `pg_restore`, …) as its user,
+    /// answering its standard output; panics with its error output when it fails.
+    pub fn tool(&self, name: &str, args: &[&str]) -> Vec<u8> {
+        let mut command = Command::new(self.bin.join(name));
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER]).args(args);
+        let output = as_unprivileged(&mut command).output().expect("the tool runs");
+        assert!(output.status.success(), "{name} {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+        output.stdout
+    }
+
+    /// A new empty database of this cluster, as a `--db` URL.
+    pub fn new_database(&self, name: &str) -> String {
+        self.client("postgres").batch_execute(&format!("CREATE DATABASE {name}")).expect("a database");
+        format!("postgres://{USER}@127.0.0.1:{}/{name}", self.port)
     }
 
     fn pg_ctl(&self, args: &[&str]) {
@@ -216,6 +281,10 @@ impl Restartable {
     pub fn stop(&self) {
         self.pg_ctl(&["-w", "-m", "immediate", "stop"]);
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Drop for Restartable {
