@@ -4,7 +4,7 @@
 //! the standby promoted, three times over (each time a new standby is made where the
 //! dead primary was): every apply that answered 200 is there once, with its revision
 //! and audit record; an event stream opened at the start receives every event, once;
-//! the server is never restarted.
+//! the drift reconciler goes on; the server is never restarted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,7 +90,8 @@ fn applies_through_three_failovers_are_all_there_once_and_streams_miss_nothing()
         standby.port()
     );
     let launch = Launch { db: Some(url.into()), ..Launch::default() };
-    let mut server = Server::launch(tempfile::tempdir().unwrap(), &["--busy-timeout", "2s"], &launch);
+    let mut server =
+        Server::launch(tempfile::tempdir().unwrap(), &["--busy-timeout", "2s", "--drift-interval", "1s"], &launch);
     let token = server.tenant_with_token("acme");
     server.ok(&token, "fleet/apply", json!({"document": with_pool("first")}));
     let stream = subscribe(&server, &token);
@@ -189,4 +190,16 @@ fn applies_through_three_failovers_are_all_there_once_and_streams_miss_nothing()
     for id in &ids {
         assert_eq!(received.matches(&format!("id: {id}\n")).count(), 1, "event {id} once: {received}");
     }
+
+    // The drift reconciler's claims resumed on the last primary: a change made outside
+    // the document is found and streamed.
+    let last = server.ok(&token, "fleet/apply", json!({"document": with_pool("last")}));
+    let pool =
+        last["plan"]["changes"].as_array().unwrap().iter().find(|change| change["kind"] == "pool").unwrap()["id"]
+            .clone();
+    server.ok(&token, "pools/update", json!({"id": pool, "gpus": 3}));
+    assert!(
+        eventually(Duration::from_secs(15), || stream.lock().unwrap().contains("event: fleet.drifted")),
+        "the drift was found after the failovers"
+    );
 }
