@@ -341,7 +341,7 @@ fn a_stale_saved_plan_says_what_moved_and_a_wrong_hash_says_it_does_not_match() 
 }
 
 #[test]
-fn status_says_when_it_checked_and_exits_2_when_drifted() {
+fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     let server = Server::start(&[]);
     let token = server.tenant_with_token("acme");
     server.ok(&token, "fleet/apply", json!({"document": estate()}));
@@ -370,6 +370,20 @@ fn status_says_when_it_checked_and_exits_2_when_drifted() {
     let events = server.ok(&token, "events/list", json!({}))["events"].clone();
     let types: Vec<&str> = events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["fleet.applied", "fleet.drifted"]);
+
+    // The audit trail says the same, and which apply made what.
+    let audit = fleet(&server, &token, &["audit", "--kind", "pool"]);
+    assert_eq!(audit.status.code(), Some(0), "{}", stderr(&audit));
+    let lines: Vec<String> = stdout(&audit).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("via compute.pools.create at 20") && lines[0].contains("(fleet.apply of sha256:"));
+    let update = format!("pool {}: gpus 64 → 48, changed by alice via compute.pools.update at 20", pool.as_str().unwrap());
+    assert!(lines[1].contains(&update) && !lines[1].contains("fleet.apply"), "{lines:?}");
+    let page = fleet(&server, &token, &["audit", "--limit", "1", "--json"]);
+    let page: Value = serde_json::from_slice(&page.stdout).unwrap();
+    let first = page["records"][0]["seq"].as_u64().unwrap();
+    let next = stdout(&fleet(&server, &token, &["audit", "--after", &first.to_string(), "--id", pool.as_str().unwrap()]));
+    assert!(next.lines().all(|line| line.contains(pool.as_str().unwrap())), "{next}");
 }
 
 #[test]

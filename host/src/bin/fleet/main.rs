@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+mod audit;
 mod client;
 mod commands;
 mod history;
@@ -235,6 +236,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Lists the tenant's audit records, oldest first: who changed what, how and when.
+    Audit {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Only records of this kind (e.g. `pool`).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only records of this object id.
+        #[arg(long)]
+        id: Option<String>,
+        /// Only records after this sequence number (where the last page ended).
+        #[arg(long)]
+        after: Option<u64>,
+        /// How many records to list, at most 1000.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+        /// Print the records as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Shows the last applied document and any drift from it. Exit code: 0 in sync, 2 drifted, 1 error.
     Status {
         #[command(flatten)]
@@ -258,6 +279,7 @@ impl Command {
                 | Command::Apply { .. }
                 | Command::Status { .. }
                 | Command::History { .. }
+                | Command::Audit { .. }
                 | Command::Revision { .. }
                 | Command::Rollback { .. }
                 | Command::Diff { .. }
@@ -502,72 +524,74 @@ fn main() -> ExitCode {
         Command::Apply { file, plan, .. } => file.clone().or_else(|| plan.clone()),
         _ => None,
     };
-    let outcome = match cli.command {
-        Command::Export { server, output, format } => {
-            client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
-        }
-        Command::Plan { server, file, prune, out, json } => {
-            client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
-        }
-        Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
-            client(&server).and_then(|client| {
-                let overrides = commands::overrides(&overrides)?;
-                let extra = commands::Extra { overrides, heal };
-                let source = match (plan, proposal, file) {
-                    (Some(saved), _, _) => ApplySource::SavedPlan(saved),
-                    (None, Some(number), _) => ApplySource::Proposal(number),
-                    (None, None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
-                    (None, None, None) => {
-                        return Err(CliError::Input("give a document file, --plan or --proposal".into()));
+    let outcome =
+        match cli.command {
+            Command::Export { server, output, format } => {
+                client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
+            }
+            Command::Plan { server, file, prune, out, json } => {
+                client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
+            }
+            Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
+                client(&server).and_then(|client| {
+                    let overrides = commands::overrides(&overrides)?;
+                    let extra = commands::Extra { overrides, heal };
+                    let source = match (plan, proposal, file) {
+                        (Some(saved), _, _) => ApplySource::SavedPlan(saved),
+                        (None, Some(number), _) => ApplySource::Proposal(number),
+                        (None, None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
+                        (None, None, None) => {
+                            return Err(CliError::Input("give a document file, --plan or --proposal".into()));
+                        }
+                    };
+                    let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+                    commands::apply(&client, &source, &extra, json, confirm)
+                })
+            }
+            Command::Propose { server, file, prune, title, json } => {
+                client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
+            }
+            Command::Proposals { server, state, limit, json } => {
+                client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
+            }
+            Command::Proposal { server, number, json } => {
+                client(&server).and_then(|client| proposals::show(&client, number, json))
+            }
+            Command::Review { server, number, verdict, comment, json } => client(&server)
+                .and_then(|client| proposals::review(&client, number, &verdict, comment.as_deref(), json)),
+            Command::Withdraw { server, number, json } => {
+                client(&server).and_then(|client| proposals::withdraw(&client, number, json))
+            }
+            Command::History { server, limit, json } => {
+                client(&server).and_then(|client| history::history(&client, limit, json))
+            }
+            Command::Revision { server, number, output } => {
+                client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
+            }
+            Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
+                let extra = commands::Extra { overrides: commands::overrides(&overrides)?, heal: false };
+                let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+                commands::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
+            }),
+            Command::Diff { server, from, to, json } => {
+                client(&server).and_then(|client| history::diff(&client, from, to, json))
+            }
+            Command::Audit { server, kind, id, after, limit, json } => client(&server)
+                .and_then(|client| audit::audit(&client, &audit::Filter { kind, id, after, limit }, json)),
+            Command::Status { server, refresh, json } => {
+                client(&server).and_then(|client| commands::status(&client, json, refresh))
+            }
+            Command::Policy(PolicyCommand::Eval { files, plan, json }) => commands::policy_eval(&files, &plan, json),
+            command => {
+                return match run_local(cli.db, command) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(error) => {
+                        eprintln!("error: {error:#}");
+                        ExitCode::from(client::EXIT_ERROR)
                     }
                 };
-                let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                commands::apply(&client, &source, &extra, json, confirm)
-            })
-        }
-        Command::Propose { server, file, prune, title, json } => {
-            client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
-        }
-        Command::Proposals { server, state, limit, json } => {
-            client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
-        }
-        Command::Proposal { server, number, json } => {
-            client(&server).and_then(|client| proposals::show(&client, number, json))
-        }
-        Command::Review { server, number, verdict, comment, json } => {
-            client(&server).and_then(|client| proposals::review(&client, number, &verdict, comment.as_deref(), json))
-        }
-        Command::Withdraw { server, number, json } => {
-            client(&server).and_then(|client| proposals::withdraw(&client, number, json))
-        }
-        Command::History { server, limit, json } => {
-            client(&server).and_then(|client| history::history(&client, limit, json))
-        }
-        Command::Revision { server, number, output } => {
-            client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
-        }
-        Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
-            let extra = commands::Extra { overrides: commands::overrides(&overrides)?, heal: false };
-            let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-            commands::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
-        }),
-        Command::Diff { server, from, to, json } => {
-            client(&server).and_then(|client| history::diff(&client, from, to, json))
-        }
-        Command::Status { server, refresh, json } => {
-            client(&server).and_then(|client| commands::status(&client, json, refresh))
-        }
-        Command::Policy(PolicyCommand::Eval { files, plan, json }) => commands::policy_eval(&files, &plan, json),
-        command => {
-            return match run_local(cli.db, command) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    ExitCode::from(client::EXIT_ERROR)
-                }
-            };
-        }
-    };
+            }
+        };
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
