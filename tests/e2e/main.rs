@@ -5,3 +5,4 @@
 #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test, helpers included")]
 
 include!("suite.rs");
+mod backups; // issue 54: SQLite's online backups

@@ -9,7 +9,7 @@ use rusqlite_migration::{M, Migrations};
 /// missing in either dialect does not compile).
 macro_rules! history {
     ($($name:literal),* $(,)?) => {
-        const SQLITE: &[(&str, &str)] =
+        pub(super) const SQLITE: &[(&str, &str)] =
             &[$(($name, include_str!(concat!("migrations/sqlite/", $name, ".sql")))),*];
         pub const POSTGRES: &[(&str, &str)] =
             &[$(($name, include_str!(concat!("migrations/postgres/", $name, ".sql")))),*];

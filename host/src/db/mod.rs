@@ -4,6 +4,7 @@
 //! parameters, `ON CONFLICT`, `RETURNING`), and reads rows through [`Row`]; the schema
 //! history is the same list of migrations on both (docs/decisions/0012).
 
+pub mod backup;
 mod migrations;
 mod postgres;
 mod sqlite;

@@ -241,12 +241,22 @@ impl Restartable {
         connect(&format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port))
     }
 
-    /// Runs one of the cluster's own tools (`pg_dump`, `pg_restore`, …) as its user,
-    /// answering its standard output; panics with its error output when it fails.
-    pub fn tool(&self, name: &str, args: &[&str]) -> Vec<u8> {
+    /// Runs one of the cluster's own tools (`pg_dump`, `pg_restore`, …) as its user on
+    /// `input`, answering its standard output; panics with its error output when it fails.
+    pub fn tool(&self, name: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
         let mut command = Command::new(self.bin.join(name));
         command.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER]).args(args);
-        let output = as_unprivileged(&mut command).output().expect("the tool runs");
+        let mut child = as_unprivileged(&mut command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tool runs");
+        let mut stdin = child.stdin.take().expect("a pipe");
+        let input = input.to_owned();
+        let feeding = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child.wait_with_output().expect("the tool ends");
+        feeding.join().expect("the input was written").expect("the tool read its input");
         assert!(output.status.success(), "{name} {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
         output.stdout
     }

@@ -62,6 +62,30 @@ pub fn create_tenant(db_path: &Path, tenant: &str) -> Result<()> {
     Ok(())
 }
 
+/// `fleet admin backup`.
+pub fn backup(db_path: &Path, file: &Path) -> Result<()> {
+    let copied = db::backup::backup(db_path, file)?;
+    println!("backed up {} to {}: {}", db_path.display(), file.display(), described(&copied));
+    Ok(())
+}
+
+/// `fleet admin restore`.
+pub fn restore(file: &Path, db_path: &Path, replace: bool) -> Result<()> {
+    let copied = db::backup::restore(file, db_path, replace)?;
+    println!("restored {} to {}: {}", file.display(), db_path.display(), described(&copied));
+    Ok(())
+}
+
+fn described(copied: &db::backup::Copied) -> String {
+    format!(
+        "schema version {}, {} tenant(s), {} revision(s), {} KiB",
+        copied.schema,
+        copied.tenants,
+        copied.revisions,
+        copied.bytes.div_ceil(1024)
+    )
+}
+
 /// `fleet admin token create`: the token alone on the last line.
 pub fn create_token(
     db_path: &Path,

@@ -444,6 +444,21 @@ enum Admin {
     Tenant(TenantCommand),
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Copies the SQLite database (--db) to FILE while servers keep running on it:
+    /// consistent as of one moment. For PostgreSQL, use pg_dump.
+    Backup {
+        /// The new file to write (never overwritten).
+        file: PathBuf,
+    },
+    /// Puts a backup back as the database (--db): refused unless FILE is a fleet
+    /// database of a schema this fleet knows. For PostgreSQL, use pg_restore.
+    Restore {
+        /// The backup to restore.
+        file: PathBuf,
+        /// Overwrite an existing database (stop every server on it first).
+        #[arg(long)]
+        replace: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -618,6 +633,8 @@ fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
             local::list_tokens(&db_path, &tenant, json)
         }
         Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => local::revoke_token(&db_path, &id),
+        Command::Admin(Admin::Backup { file }) => local::backup(&db_path, &file),
+        Command::Admin(Admin::Restore { file, replace }) => local::restore(&file, &db_path, replace),
         Command::Plugin(PluginCommand::Inspect { file }) => local::inspect_plugin(&file),
         Command::Policy(PolicyCommand::Test { files }) => local::policy_test(&files),
         Command::Component { output } => local::write_component(&output),
