@@ -67,6 +67,8 @@ pub struct Config {
     pub policies: Vec<String>,
     /// Every plan with calls is applied through an approved proposal (SPEC §17).
     pub require_approval: bool,
+    /// Which revisions are kept (`--keep-revisions`, `--revisions-max-age`); all unless told.
+    pub retention: fleet::history::Retention,
     /// What webhooks may reach (SPEC §18).
     pub webhook_reach: webhooks::Reach,
     /// A CA certificate (PEM) webhooks' TLS trusts besides the system's roots.
@@ -94,6 +96,7 @@ impl Config {
             plugin_budget: crate::plugins::default_budget(),
             policies: Vec::new(),
             require_approval: false,
+            retention: fleet::history::Retention::default(),
             webhook_reach: webhooks::Reach::default(),
             webhook_ca: None,
             webhook_schedule: webhooks::Schedule::default(),
@@ -148,6 +151,7 @@ impl Core {
             drift_interval: config.drift_interval,
             read_only: config.read_only,
             require_approval: config.require_approval,
+            retention: config.retention,
         });
         let (checks, asking) = drift::checks();
         let registry = registry(&modules, &planning, checks, &policies, &config.webhook_reach);

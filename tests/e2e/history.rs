@@ -355,3 +355,49 @@ fn a_plugin_kind_is_renamed_like_a_built_in_one() {
     let exported = server.ok(&token, "fleet/export", json!({}))["document"].clone();
     assert!(exported["reservations"].get("ml-first-week").is_some(), "{exported}");
 }
+
+/// `estate()` with its pool's gpus at `gpus`: a document of its own revision.
+fn with_gpus(gpus: u64) -> Value {
+    let mut document = estate();
+    document["pools"]["gpu-a"]["gpus"] = json!(gpus);
+    document
+}
+
+/// Revisions do not grow forever (issue 54): `--keep-revisions` keeps the newest N,
+/// `--revisions-max-age` those applied within a while; the applied one always stays,
+/// history says from where it keeps them, and a pruned revision says it was.
+#[test]
+fn a_server_keeps_the_revisions_it_is_told_and_always_the_applied_one() {
+    let server = Server::start(&["--keep-revisions", "3"]);
+    let token = server.tenant_with_token("acme");
+    for gpus in 1..=5 {
+        server.ok(&token, "fleet/apply", json!({"document": with_gpus(gpus)}));
+    }
+    let history = server.ok(&token, "fleet/history", json!({}));
+    assert_eq!(numbers(history["revisions"].as_array().unwrap()), [5, 4, 3]);
+    assert_eq!(history["oldest"], 3);
+    let (status, body) = server.call(&token, "fleet/revision", json!({"revision": 1}));
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"));
+    assert!(body["error"]["message"].as_str().unwrap().contains("was pruned"), "{body}");
+    let listed = cli(&server, &token, &["history"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("revisions before 3 were pruned"), "{listed:?}");
+    // A rollback to a kept revision is a new one; the window moves on.
+    assert_eq!(cli(&server, &token, &["rollback", "3", "--yes"]).status.code(), Some(0));
+    assert_eq!(numbers(&revisions(&server, &token, json!({}))), [6, 5, 4]);
+
+    // Ages are counted in whole seconds: two seconds on, a revision is over one old.
+    let aging = Server::start(&["--revisions-max-age", "1s"]);
+    let token = aging.tenant_with_token("acme");
+    aging.ok(&token, "fleet/apply", json!({"document": with_gpus(1)}));
+    aging.ok(&token, "fleet/apply", json!({"document": with_gpus(2)}));
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    // Both are older than a second now; the next apply removes them.
+    aging.ok(&token, "fleet/apply", json!({"document": with_gpus(3)}));
+    aging.ok(&token, "fleet/apply", json!({"document": with_gpus(4)}));
+    assert_eq!(numbers(&revisions(&aging, &token, json!({}))), [4, 3]);
+    // The applied revision stays however old: a self-heal restores it.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let unchanged = aging.ok(&token, "fleet/apply", json!({"document": with_gpus(4)}));
+    assert_eq!(unchanged["applied"], 0);
+    assert_eq!(aging.ok(&token, "fleet/history", json!({}))["oldest"], 5);
+}

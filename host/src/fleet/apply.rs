@@ -292,7 +292,7 @@ fn record(
         overrides: &overrides.to_string(),
         proposal,
     };
-    let revision = history::keep(db, &caller.tenant, &kept)?;
+    let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
     publish_applied(planning, db, caller, applied, revision, proposal)?;
     db.execute(
         "INSERT INTO fleet_applied

@@ -1,7 +1,8 @@
 //! Revisions (SPEC §15): every apply keeps the document it applied as the tenant's next
 //! revision, in the apply's own transaction; `compute.fleet.history` lists them newest
 //! first and `compute.fleet.revision` gives one back, document and all, exactly as it
-//! was applied.
+//! was applied. A deployment may keep fewer ([`Retention`]): an apply then removes the
+//! revisions past the count or age kept, never the one it applied.
 
 use std::sync::Arc;
 
@@ -24,11 +25,13 @@ pub fn register(registry: &mut Registry) {
         Method::new("fleet", "history", MethodKind::Read, handler(history))
             .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.3")
-            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies and the proposal it applied. `after` pages on to older ones.")
+            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies and the proposal it applied. `after` pages on to older ones; `oldest` is the oldest kept.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": paging}),
                 json!({"type": "object", "required": ["revisions"], "properties": {
-                    "revisions": {"type": "array", "items": revision_schema(false)}}}),
+                    "revisions": {"type": "array", "items": revision_schema(false)},
+                    "oldest": {"type": "integer", "minimum": 1,
+                               "description": "The oldest revision kept; those before it were pruned (serve --keep-revisions, --revisions-max-age)."}}}),
             ),
     );
     registry.register(
@@ -84,9 +87,21 @@ pub struct Kept<'a> {
     pub proposal: Option<i64>,
 }
 
+/// Which revisions a deployment keeps (`serve --keep-revisions`, `--revisions-max-age`);
+/// all by default. The newest, which is the applied one (a self-heal restores it), is
+/// always kept.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Retention {
+    /// The newest this many.
+    pub count: Option<u64>,
+    /// Those applied within this long.
+    pub max_age: Option<std::time::Duration>,
+}
+
 /// Inside an apply's transaction, under the tenant's write lock: keeps `kept` as the
-/// tenant's next revision and answers its number. The primary key finds the last one.
-pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
+/// tenant's next revision, removes those `retention` no longer keeps, and answers its
+/// number. The primary key finds the last one.
+pub fn keep(db: &Conn, tenant: &str, kept: &Kept, retention: Retention) -> Result<i64, ApiError> {
     let last: i64 = db.query_one(
         "SELECT coalesce(max(revision), 0) FROM fleet_revisions WHERE tenant = ?1",
         params![tenant],
@@ -110,7 +125,34 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept) -> Result<i64, ApiError> {
             kept.proposal,
         ],
     )?;
+    prune(db, tenant, revision, retention)?;
     Ok(revision)
+}
+
+/// Removes the tenant's revisions older than `newest` that `retention` does not keep.
+fn prune(db: &Conn, tenant: &str, newest: i64, retention: Retention) -> Result<(), ApiError> {
+    let past_count = retention.count.map_or(0, |count| newest - i64::try_from(count).unwrap_or(i64::MAX));
+    // `applied_at` is RFC 3339 in UTC to the second, so text order is time order; no
+    // revision was applied before "".
+    let cutoff = retention.max_age.map_or(String::new(), |age| {
+        let cutoff = std::time::SystemTime::now().checked_sub(age).unwrap_or(std::time::UNIX_EPOCH);
+        humantime::format_rfc3339_seconds(cutoff).to_string()
+    });
+    if past_count <= 0 && cutoff.is_empty() {
+        return Ok(());
+    }
+    db.execute(
+        "DELETE FROM fleet_revisions WHERE tenant = ?1 AND revision < ?2 AND (revision <= ?3 OR applied_at < ?4)",
+        params![tenant, newest, past_count, cutoff.as_str()],
+    )?;
+    Ok(())
+}
+
+/// The tenant's oldest revision kept, if it has any.
+fn oldest(db: &Conn, tenant: &str) -> Result<Option<i64>, ApiError> {
+    Ok(db.query_one("SELECT min(revision) FROM fleet_revisions WHERE tenant = ?1", params![tenant], |row| {
+        row.get::<Option<i64>>(0)
+    })?)
 }
 
 /// The columns history lists, as the answer's members: a revision's overrides say who
@@ -153,7 +195,11 @@ fn history(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
         params![&ctx.caller.tenant, before, limit as i64],
         |row| Ok(Value::Object(listed(row)?)),
     )?;
-    Ok(json!({ "revisions": revisions }))
+    let mut answer = json!({ "revisions": revisions });
+    if let Some(oldest) = oldest(ctx.db, &ctx.caller.tenant)? {
+        answer["oldest"] = json!(oldest);
+    }
+    Ok(answer)
 }
 
 /// One revision, its document as the text the apply was sent (so exactly as applied).
@@ -168,7 +214,13 @@ fn revision(ctx: &Ctx, body: Value) -> Result<String, ApiError> {
         |row| Ok((listed(row)?, row.get::<String>(8)?)),
     )?;
     let Some((revision, document)) = found else {
-        return Err(ApiError::not_found(format!("this tenant has no revision {number}")));
+        return Err(ApiError::not_found(match oldest(ctx.db, &ctx.caller.tenant)? {
+            Some(oldest) if i64::try_from(number).is_ok_and(|number| number < oldest) => format!(
+                "revision {number} was pruned (the server keeps fewer revisions: --keep-revisions, \
+                 --revisions-max-age); the oldest kept is {oldest}"
+            ),
+            _ => format!("this tenant has no revision {number}"),
+        }));
     };
     // The document goes out as it was stored, byte for byte: spliced in, not re-encoded.
     let head = Value::Object(revision).to_string();

@@ -55,6 +55,8 @@ pub struct Planning {
     pub read_only: bool,
     /// Every apply of a plan with calls goes through an approved proposal (SPEC §17).
     pub require_approval: bool,
+    /// Which revisions an apply keeps (all by default).
+    pub retention: history::Retention,
 }
 
 impl Planning {

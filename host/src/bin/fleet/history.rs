@@ -40,11 +40,18 @@ pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
             );
         }
     }
-    if revisions.len() as u64 == limit
-        && let Some(oldest) = revisions.last()
-    {
-        let oldest = oldest["revision"].as_u64().unwrap_or_default();
-        println!("(the newest {limit}; older ones follow revision {oldest})");
+    let last = revisions.last().and_then(|revision| revision["revision"].as_u64());
+    let kept_from = answer["oldest"].as_u64();
+    match (last, kept_from) {
+        (Some(last), Some(oldest)) if last > oldest => {
+            println!("(the newest {limit}; older ones follow revision {last})");
+        }
+        (Some(_), Some(oldest)) if oldest > 1 => {
+            println!(
+                "(revisions before {oldest} were pruned: the server keeps fewer, --keep-revisions or --revisions-max-age)"
+            );
+        }
+        _ => {}
     }
     Ok(EXIT_OK)
 }

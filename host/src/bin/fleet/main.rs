@@ -376,6 +376,14 @@ struct Serve {
     /// only those that policies' require_approval rules name.
     #[arg(long)]
     require_approval: bool,
+    /// Keep only the newest N revisions of each tenant (default: all); an apply removes
+    /// older ones. The applied revision is always kept.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keep_revisions: Option<u64>,
+    /// Keep only revisions applied within this long (e.g. 90d; default: all); an apply
+    /// removes older ones. The applied revision is always kept.
+    #[arg(long, value_name = "DURATION", value_parser = duration(LIMITS.retention))]
+    revisions_max_age: Option<Duration>,
     /// Webhooks may use http:// URLs, not only https:// (SPEC §18).
     #[arg(long)]
     webhook_allow_http: bool,
@@ -666,6 +674,8 @@ impl Serve {
         config.plugins = self.plugins;
         config.policies = self.policies;
         config.require_approval = self.require_approval;
+        config.retention =
+            fleet::fleet::history::Retention { count: self.keep_revisions, max_age: self.revisions_max_age };
         config.webhook_reach =
             fleet::webhooks::Reach { allow_http: self.webhook_allow_http, allow: self.webhook_allow };
         config.webhook_ca = self.webhook_ca;
@@ -717,6 +727,8 @@ struct DurationLimits {
     cpu: Duration,
     /// How long a token lives.
     token: Duration,
+    /// How long revisions are kept.
+    retention: Duration,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -726,6 +738,7 @@ const LIMITS: DurationLimits = DurationLimits {
     timeout: DAY,
     cpu: Duration::from_secs(3600),
     token: Duration::from_secs(100 * 365 * 24 * 3600),
+    retention: Duration::from_secs(100 * 365 * 24 * 3600),
 };
 
 /// The largest request body a server may be told to accept: 4 GiB.
