@@ -20,6 +20,9 @@ pub struct ApiError {
     pub message: String,
     pub details: Option<Value>,
     pub cause: Option<String>,
+    /// When the client may try again, in seconds (`Retry-After`): for a refusal that
+    /// passes, such as a server too busy to admit the call now.
+    pub retry_after: Option<u32>,
 }
 
 /// One problem of an invalid request, with the JSON pointer of the offending value.
@@ -27,7 +30,12 @@ pub use fleet_guest::Problem;
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> ApiError {
-        ApiError { code, message: message.into(), details: None, cause: None }
+        ApiError { code, message: message.into(), details: None, cause: None, retry_after: None }
+    }
+
+    /// The error, saying the client may try again in `seconds`.
+    pub fn retry_after(self, seconds: u32) -> ApiError {
+        ApiError { retry_after: Some(seconds), ..self }
     }
 
     pub fn with_details(mut self, details: Value) -> ApiError {

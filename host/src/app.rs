@@ -49,6 +49,8 @@ pub struct Config {
     /// How long a request waits for another process's write lock.
     pub busy_timeout: Duration,
     pub budget: Budget,
+    /// The memory all planner calls may hold at once, at their caps.
+    pub sandbox_memory_total: usize,
     /// How long a planner call may take in all, the host's work on its behalf included.
     pub request_timeout: Duration,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
@@ -87,6 +89,7 @@ impl Config {
             limits: Limits::default(),
             busy_timeout: db::Options::default().busy_timeout,
             budget: Budget::default(),
+            sandbox_memory_total: crate::sandbox::default_memory_total(),
             request_timeout: planner::DEFAULT_DEADLINE,
             cache_dir: None,
             console_dir: crate::http::console::default_dir(),
@@ -136,7 +139,8 @@ impl Core {
         modules.check_plugin_references(&plugins)?;
         let sandbox = Sandbox::new(planner::PLANNER, config.budget, cache_dir, metrics.clone())?
             .with_plugins(plugins.clone())
-            .with_deadline(config.request_timeout);
+            .with_deadline(config.request_timeout)
+            .with_memory_total(config.sandbox_memory_total);
         let wake = wake(&db);
         let state =
             fleet::state::Reader::new(modules.clone(), policies.clone(), config.state_cache_bytes, metrics.clone());

@@ -98,6 +98,12 @@ impl<V> Cache<V> {
         }
     }
 
+    /// The size of the value kept for `key`, of whichever generation.
+    pub fn bytes_of(&self, key: &str) -> Option<usize> {
+        let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        entries.by_key.get(key).map(|entry| entry.bytes)
+    }
+
     /// Keeps `value` (of about `bytes` bytes) for `key`, read at `generation`, unless it
     /// alone is larger than the capacity.
     pub fn put(&self, key: &str, generation: i64, value: V, bytes: usize) -> Arc<V> {

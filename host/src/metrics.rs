@@ -26,6 +26,10 @@ pub struct Metrics {
     cache_bytes: IntGaugeVec,
     webhook_deliveries: IntCounterVec,
     webhook_pending: prometheus::IntGauge,
+    /// Planner calls waiting for a core or for sandbox memory.
+    pub sandbox_waiting: prometheus::IntGauge,
+    /// The memory the running planner calls hold, at their caps.
+    pub sandbox_memory_held: prometheus::IntGauge,
 }
 
 /// The caches the server keeps (docs/decisions/0010), by their label.
@@ -79,7 +83,19 @@ impl Metrics {
             prometheus::IntGauge::new("fleet_webhook_pending", "Webhook deliveries waiting in the outbox (SPEC §18)")
                 .expect("a valid metric name");
         registry.register(Box::new(webhook_pending.clone())).expect("registered once");
+        let gauge = |name: &str, help: &str| {
+            let gauge = prometheus::IntGauge::new(name, help).expect("a valid metric name");
+            registry.register(Box::new(gauge.clone())).expect("registered once");
+            gauge
+        };
+        let sandbox_waiting = gauge("fleet_sandbox_waiting", "Planner calls waiting for a core or for sandbox memory");
+        let sandbox_memory_held = gauge(
+            "fleet_sandbox_memory_held_bytes",
+            "Memory the running planner calls hold at their caps (at most --sandbox-memory-total-mib)",
+        );
         let metrics = Metrics {
+            sandbox_waiting,
+            sandbox_memory_held,
             webhook_deliveries: counters(
                 "fleet_webhook_deliveries_total",
                 "Webhook delivery attempts by outcome: delivered, retried, failed (SPEC §18)",

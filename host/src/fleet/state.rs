@@ -56,6 +56,10 @@ impl StateSource for Reader {
         let bytes = state.len();
         Ok(self.cache.put(tenant, generation, state, bytes))
     }
+
+    fn last_size(&self, tenant: &str) -> Option<usize> {
+        self.cache.bytes_of(tenant)
+    }
 }
 
 /// The state encoding of the tenant's objects, bindings and the policies in force.

@@ -455,8 +455,8 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     response
 }
 
-/// The error envelope of SPEC §2 with the status of its code; `UNAVAILABLE` says when
-/// to try again.
+/// The error envelope of SPEC §2 with the status of its code; `UNAVAILABLE`, and a
+/// refusal that passes, say when to try again.
 pub fn error_response(error: &ApiError) -> Response<Body> {
     error_response_as(crate::api::status(error.code), error)
 }
@@ -465,8 +465,14 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
 /// `PAYLOAD_TOO_LARGE` (docs/decisions/0021).
 fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
     let mut response = json(status, &error.body());
-    if error.code == Code::Unavailable {
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    match (error.retry_after, error.code) {
+        (Some(seconds), _) => {
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        (None, Code::Unavailable) => {
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        (None, _) => {}
     }
     response
 }

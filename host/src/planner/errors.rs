@@ -52,7 +52,7 @@ pub(super) fn from_wit_error(error: types::Error) -> ApiError {
         "" => None,
         text => serde_json::from_str::<serde_json::Value>(text).ok().filter(serde_json::Value::is_object),
     };
-    ApiError { code, message: error.message, details, cause: None }
+    ApiError { code, message: error.message, details, cause: None, retry_after: None }
 }
 
 /// A host import's error as the planner receives it.

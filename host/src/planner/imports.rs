@@ -20,6 +20,9 @@ use crate::db::Conn;
 /// the planner (its objects, bindings and the policies in force), cached as it likes.
 pub trait StateSource: Send + Sync {
     fn encode(&self, db: &Conn, tenant: &str) -> Result<Arc<Vec<u8>>, ApiError>;
+
+    /// The size of the tenant's state when it was last encoded, if it was.
+    fn last_size(&self, tenant: &str) -> Option<usize>;
 }
 
 /// Where the state the guest reads comes from.

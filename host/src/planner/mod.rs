@@ -7,8 +7,9 @@
 //! imports on the guest's behalf (reading the state, running an apply's calls on the
 //! database, plugins' checks). Neither waiting for a core nor the size of an apply or
 //! the database's latency makes a call `RESOURCE_EXHAUSTED`. No more calls run at once
-//! than the machine has cores (`sandbox::admission`); the others wait in order. The
-//! whole call, its wait included, is bounded by a deadline of its own
+//! than the machine has cores, nor than the sandboxes' memory total holds at their caps
+//! (`sandbox::admission`); the others wait in order, small calls in a lane of their own.
+//! The whole call, its wait included, is bounded by a deadline of its own
 //! (`--request-timeout`).
 
 mod errors;
@@ -31,7 +32,7 @@ use crate::calls::registry::Registry;
 use crate::db::Conn;
 use crate::metrics::{Exhausted, Metrics};
 use crate::plugins::Plugins;
-use crate::sandbox::admission::Admission;
+use crate::sandbox::admission::{Admission, Gauges, Need};
 use crate::sandbox::{Budget, Clock, Limits, OutOfTime, Ticker, compile, cores, past_deadline, ticks};
 use output::{Output, checked_output};
 use retire::{RETIRING, Retirer};
@@ -201,7 +202,8 @@ impl Sandbox {
             planner,
             budget,
             deadline: DEFAULT_DEADLINE,
-            admission: Admission::new(cores()),
+            admission: Admission::new(cores(), crate::sandbox::default_memory_total().max(budget.memory_bytes))
+                .reporting(gauges(&metrics)),
             metrics,
             plugins: Arc::new(Plugins::default()),
             largest_memory: AtomicUsize::new(0),
@@ -215,9 +217,12 @@ impl Sandbox {
         Sandbox { deadline, ..self }
     }
 
-    /// The sandbox, with at most `calls` running at once (one per core unless told).
-    pub fn with_concurrency(self, calls: usize) -> Sandbox {
-        Sandbox { admission: Admission::new(calls), ..self }
+    /// The sandbox, its calls together holding at most `bytes` of memory at their caps
+    /// (`--sandbox-memory-total-mib`), and always room for one.
+    pub fn with_memory_total(self, bytes: usize) -> Sandbox {
+        let bytes = bytes.max(self.budget.memory_bytes);
+        let admission = Admission::new(self.admission.places(), bytes).reporting(gauges(&self.metrics));
+        Sandbox { admission, ..self }
     }
 
     /// The sandbox, with the module plugins the planner plans.
@@ -236,14 +241,17 @@ impl Sandbox {
     /// the result.
     pub fn call(&self, session: Session, entry: Entry, request: &str) -> (Session, Result<String, ApiError>) {
         let started = Instant::now();
-        let Some(_admitted) = self.admission.enter(started + self.deadline) else {
+        let need = Need { memory: self.budget.memory_bytes, small: small(&session, request) };
+        let Some(_admitted) = self.admission.enter(need, started + self.deadline) else {
             let message = format!(
-                "the request waited for a free core past its deadline of {} (--request-timeout); {} planner \
-                 calls run at once here",
+                "the request waited past its deadline of {} (--request-timeout) for a core or for sandbox memory: \
+                 {} planner calls run at once here, holding at most {} MiB (--sandbox-memory-total-mib); try again",
                 humantime::format_duration(self.deadline),
-                self.admission.capacity()
+                self.admission.places(),
+                self.admission.memory() >> 20
             );
-            return (session, Err(ApiError::new(Code::ResourceExhausted, message)));
+            let busy = ApiError::new(Code::ResourceExhausted, message).retry_after(RETRY_AFTER_BUSY);
+            return (session, Err(busy));
         };
         self.metrics.sandbox_instances.inc();
         let guest = Guest {
@@ -307,6 +315,27 @@ impl Sandbox {
         }
         error
     }
+}
+
+/// A request this long or shorter, on a state this large or smaller (as last read), is
+/// a small call (`sandbox::admission`): a small plan, an export of a small estate.
+const SMALL_REQUEST: usize = 64 << 10;
+const SMALL_STATE: usize = 4 << 20;
+/// When a call that waited in vain for a place may try again, in seconds.
+const RETRY_AFTER_BUSY: u32 = 5;
+
+fn gauges(metrics: &Metrics) -> Gauges {
+    Gauges { waiting: metrics.sandbox_waiting.clone(), held: metrics.sandbox_memory_held.clone() }
+}
+
+/// Whether the call takes the small calls' lane: a small request on a state last read
+/// small, or not read yet (a tenant's first call after a start).
+fn small(session: &Session, request: &str) -> bool {
+    let state = match &session.source {
+        Source::Database(reader) => reader.last_size(&session.caller.tenant),
+        Source::Encoded(state) => Some(state.len()),
+    };
+    request.len() <= SMALL_REQUEST && state.is_none_or(|bytes| bytes <= SMALL_STATE)
 }
 
 /// The engine: epoch interruption for the CPU budget, and a pool of instance slots.

@@ -69,6 +69,17 @@ pub fn thread_cpu() -> Duration {
     Duration::new(u64::try_from(now.tv_sec).unwrap_or_default(), u32::try_from(now.tv_nsec).unwrap_or_default())
 }
 
+/// The memory all planner calls may hold at once unless told: a quarter of the
+/// machine's memory, at most 4 GiB (and 1 GiB when the machine's is unknown).
+pub fn default_memory_total() -> usize {
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|meminfo| {
+        let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
+        let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    });
+    machine.map_or(1 << 30, |bytes| (bytes / 4).min(4 << 30))
+}
+
 /// The cores this machine gives the process: how many calls run at once.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)

@@ -352,6 +352,11 @@ struct Serve {
     /// The planner's memory cap per request, in MiB (at most 4096, a 32-bit memory).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_MIB))]
     sandbox_memory_mib: u32,
+    /// The memory all planner calls may hold at once, in MiB, each counted at its cap:
+    /// a call waits until its cap fits (default: a quarter of the machine's memory, at
+    /// most 4096).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_TOTAL_MIB))]
+    sandbox_memory_total_mib: Option<u32>,
     /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
     #[arg(long, env = "FLEET_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
@@ -667,6 +672,14 @@ impl Serve {
         config.budget.cpu = self.sandbox_cpu;
         config.request_timeout = self.request_timeout;
         config.budget.memory_bytes = (self.sandbox_memory_mib as usize) << 20;
+        if let Some(total) = self.sandbox_memory_total_mib {
+            anyhow::ensure!(
+                total >= self.sandbox_memory_mib,
+                "--sandbox-memory-total-mib ({total}) must hold at least one call's --sandbox-memory-mib ({})",
+                self.sandbox_memory_mib
+            );
+            config.sandbox_memory_total = (total as usize) << 20;
+        }
         config.cache_dir = self.cache_dir.or_else(local::default_cache_dir);
         if let Some(console_dir) = self.console_dir {
             config.console_dir = console_dir;
@@ -745,6 +758,8 @@ const LIMITS: DurationLimits = DurationLimits {
 const MAX_BODY_LIMIT: u64 = 4 << 30;
 /// A sandbox's memory is a 32-bit WebAssembly memory: at most 4 GiB.
 const MAX_MEMORY_MIB: i64 = 4096;
+/// All calls' memory together: at most 1 TiB.
+const MAX_MEMORY_TOTAL_MIB: i64 = 1 << 20;
 
 /// A parser of durations such as `10s` or `15m`, longer than zero and at most `max`.
 fn duration(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
