@@ -9,9 +9,9 @@
 //!   when it is missing); and the hostile test plugin (`test-programs/hostile-plugin`);
 //! - the edge component (`edge/`, SPEC §11) for `wasm32-wasip2`, which is a component
 //!   as the compiler writes it: left at `target/<profile>/fleet-edge.wasm`;
-//! - the console's assets (SPEC §16): the planner and the example plugins transpiled by
-//!   jco (`console/build.sh`) into `target/<profile>/console/`, the server's default
-//!   `--console-dir`, when Node.js and npm are installed.
+//! - the console's assets (SPEC §16, §19): the planner and the example plugins
+//!   transpiled by jco (`console/build.sh`) into `target/<profile>/console/` when Node.js
+//!   and npm are installed, and a table of them the binary embeds (`console_assets.rs`).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -76,10 +76,59 @@ fn main() -> Result<()> {
     std::fs::copy(&edge, profile_dir.join("fleet-edge.wasm"))?;
 
     let console_dir = profile_dir.join("console");
-    println!("cargo:rustc-env=FLEET_CONSOLE_DIR={}", console_dir.display());
     let plugins = ["reservations.wasm", "maintenance-windows.wasm"].map(|name| plugins_dir.join(name));
     build_console(&workspace, &out_dir.join("fleet_planner.wasm"), &plugins, &console_dir);
+    embed_console(&console_dir, &out_dir.join("console_assets.rs"))?;
+    // The release binary's debug sections (line tables, which a panic's backtrace
+    // reads) compressed: a fifth of their size (docs/release.md).
+    if env::var("PROFILE").as_deref() == Ok("release") {
+        println!("cargo:rustc-link-arg-bins=-Wl,--compress-debug-sections=zlib");
+    }
     Ok(())
+}
+
+/// The console's built assets as a table the binary embeds (SPEC §19), by their names
+/// under `/console/assets/`: the `.js`, `.mjs` and `.wasm` files of `dir` and of its
+/// transpiled plugins' `plugins/<sha256>/`, each gzipped (into `OUT_DIR/console/`), as
+/// a browser is sent them; a third of the size. Empty when they were not built.
+fn embed_console(dir: &Path, out: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let served = |path: &Path| {
+        path.is_file()
+            && path.extension().is_some_and(|extension| ["js", "mjs", "wasm"].contains(&&*extension.to_string_lossy()))
+    };
+    let files = |dir: &Path| -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(dir).into_iter().flatten().flatten().map(|entry| entry.path()).collect();
+        files.sort();
+        files
+    };
+    let mut assets: Vec<(String, PathBuf)> = Vec::new();
+    for file in files(dir).into_iter().filter(|file| served(file)) {
+        assets.push((file.file_name().unwrap_or_default().to_string_lossy().into_owned(), file));
+    }
+    for plugin in files(&dir.join("plugins")).into_iter().filter(|plugin| plugin.is_dir()) {
+        let digest = plugin.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        for file in files(&plugin).into_iter().filter(|file| served(file)) {
+            let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            assets.push((format!("plugins/{digest}/{name}"), file));
+        }
+    }
+    let gzipped = out.parent().unwrap_or(Path::new(".")).join("console");
+    let _ = std::fs::remove_dir_all(&gzipped);
+    std::fs::create_dir_all(&gzipped)?;
+    let mut table = String::from(
+        "/// The console's assets built with this binary, by name, gzipped.\npub static ASSETS: &[(&str, &[u8])] = &[\n",
+    );
+    for (index, (name, file)) in assets.iter().enumerate() {
+        let gz = gzipped.join(format!("{index}.gz"));
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(&std::fs::read(file).with_context(|| format!("reading {}", file.display()))?)?;
+        std::fs::write(&gz, encoder.finish()?)?;
+        table.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", gz.display().to_string()));
+    }
+    table.push_str("];\n");
+    std::fs::write(out, table).with_context(|| format!("writing {}", out.display()))
 }
 
 /// The console's assets, by `console/build.sh` (jco, from the page's npm packages, which

@@ -55,8 +55,9 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Where the compiled planner is kept between runs; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
-    /// The console's assets (the planner transpiled by jco), served at `/console/assets/`.
-    pub console_dir: PathBuf,
+    /// Where the console's built assets are read from (`--console-dir`); `None` serves
+    /// those embedded in the binary.
+    pub console_dir: Option<PathBuf>,
     /// The most bytes of encoded tenant states kept between requests (docs/decisions/0010).
     pub state_cache_bytes: usize,
     /// The certificate chain and private key (PEM files) to serve HTTPS with, if any.
@@ -92,7 +93,7 @@ impl Config {
             sandbox_memory_total: crate::sandbox::default_memory_total(),
             request_timeout: planner::DEFAULT_DEADLINE,
             cache_dir: None,
-            console_dir: crate::http::console::default_dir(),
+            console_dir: None,
             state_cache_bytes: 256 << 20,
             tls: None,
             plugins: Vec::new(),

@@ -100,6 +100,8 @@ enum Figure {
     Plan1m,
     /// Only the drift run of `--drift-tenants` on the `--postgres` database.
     Drift,
+    /// The server's peak RSS through twelve concurrent 200k-object plans.
+    LargePlansRss,
 }
 
 fn main() -> Result<()> {
@@ -137,6 +139,7 @@ async fn run(args: Args) -> Result<()> {
     add(&mut report, large::figures(&server, &args).await);
     server.stop().await?;
     add(&mut report, json!({"server_rss_mib": rss::server_rss_mib(&document, &changed, args.runs).await?}));
+    add(&mut report, json!({"server_rss_mib_12_large_plans": rss::large_plans_rss_mib().await?}));
     if let Some(url) = &args.postgres {
         add(&mut report, replicas::figures(url, &document, &args).await?);
     }
@@ -154,6 +157,10 @@ async fn run(args: Args) -> Result<()> {
 /// Repeats `figure` for `--seconds` (or runs it once, for the figures of one long run)
 /// with no more set up than it needs, for a profiler to watch.
 async fn profile(args: &Args, figure: Figure) -> Result<()> {
+    if figure == Figure::LargePlansRss {
+        println!("server_rss_mib_12_large_plans {:.0}", rss::large_plans_rss_mib().await?);
+        return Ok(());
+    }
     if figure == Figure::Drift {
         let url = args.postgres.as_deref().context("--profile drift needs --postgres")?;
         println!("{}", replicas::drift_run(url, args.drift_tenants, Duration::from_secs(10)).await?);
@@ -195,7 +202,7 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
             let median = large::plan_creates(&server, args, objects, usize::MAX).await?;
             eprintln!("{median:.0} ms (median)");
         }
-        Figure::Drift => {}
+        Figure::Drift | Figure::LargePlansRss => {}
     }
     server.stop().await
 }

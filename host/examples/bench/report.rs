@@ -50,6 +50,11 @@ pub fn table(report: &Value, runs: usize) {
     row("peak RSS", mib("rss_mib"), "the whole benchmark, before the large estates");
     row("peak RSS, large estates", mib("rss_large_mib"), "with the two figures above");
     row("peak RSS, the server alone", mib("server_rss_mib"), "target <= 200 MiB; the 10k apply and plans");
+    row(
+        "peak RSS, 12 concurrent 200k plans",
+        mib("server_rss_mib_12_large_plans"),
+        "the server alone, default --sandbox-memory-total-mib",
+    );
     if report.get("pg_apply_ms").is_some() {
         row("apply on PostgreSQL", ms("pg_apply_ms", 0), "");
         row("  / apply on SQLite", times("pg_apply_over_sqlite"), "target <= 2x");

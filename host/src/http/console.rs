@@ -1,18 +1,24 @@
-//! The console (SPEC §16): the page and its scripts (embedded in the binary) and the
-//! planner component transpiled by jco (read from the console directory), served
-//! without authentication because none of it holds tenant data. `/preview`, the page's
-//! old address, redirects here.
+//! The console (SPEC §16, §19): the page, its scripts and the planner component
+//! transpiled by jco, all embedded in the binary when the build had Node.js (or read
+//! from `--console-dir`), served without authentication because none of it holds
+//! tenant data, each with its content's hash as its `ETag`. `/preview`, the page's old
+//! address, redirects here.
 //!
 //! The page itself calls the API with the token the user signs in with and plans in the
 //! browser; see `console/`, `docs/decisions/0004-browser-preview.md` and
 //! `docs/decisions/0017-console.md`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue, LOCATION, X_CONTENT_TYPE_OPTIONS};
-use hyper::{Response, StatusCode};
+use hyper::header::{
+    ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, ETAG, HeaderName, HeaderValue, IF_NONE_MATCH,
+    LOCATION, VARY, X_CONTENT_TYPE_OPTIONS,
+};
+use hyper::{HeaderMap, Response, StatusCode};
 
 use crate::api::{ApiError, Code};
 use crate::http::{Body, error_response};
@@ -58,15 +64,59 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self' 'wa
 pub const BUILD_HINT: &str = "the console's assets are not built: install Node.js 20+ and npm and build again \
      (cargo build runs console/build.sh), or serve with --console-dir pointing at a built copy";
 
-/// Where the build writes the assets (`target/<profile>/console`): the default of
-/// `serve --console-dir`.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from(env!("FLEET_CONSOLE_DIR"))
+/// The transpiled component and plugins built with this binary (`build.rs`).
+mod built {
+    include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
 }
 
-/// Whether the transpiled planner the page loads is in `console_dir`.
-pub fn is_built(console_dir: &Path) -> bool {
-    console_dir.join("fleet_planner.js").is_file()
+/// Whether the transpiled planner the page loads is there: in `console_dir` when given
+/// (`--console-dir`), else embedded in this binary.
+pub fn is_built(console_dir: Option<&Path>) -> bool {
+    match console_dir {
+        Some(dir) => dir.join("fleet_planner.js").is_file(),
+        None => built::ASSETS.iter().any(|(name, _)| *name == "fleet_planner.js"),
+    }
+}
+
+/// A file the binary carries: its content type, bytes (gzipped for the built assets)
+/// and `ETag`.
+struct Embedded {
+    content_type: &'static str,
+    bytes: &'static [u8],
+    gzipped: bool,
+    etag: HeaderValue,
+}
+
+/// Every file the binary carries, by path: the page's own, and the built assets unless
+/// `--console-dir` serves them. Hashed once, at the first request.
+fn embedded() -> &'static HashMap<String, Embedded> {
+    static EMBEDDED: OnceLock<HashMap<String, Embedded>> = OnceLock::new();
+    EMBEDDED.get_or_init(|| {
+        let own = PAGES
+            .iter()
+            .chain(&SCRIPTS)
+            .map(|(path, content_type, text)| ((*path).to_owned(), *content_type, text.as_bytes(), false));
+        let assets = built::ASSETS.iter().filter_map(|(name, bytes)| {
+            let content_type = asset_type(name.rsplit('/').next().unwrap_or_default())?;
+            Some((format!("{ASSETS_PREFIX}{name}"), content_type, *bytes, true))
+        });
+        own.chain(assets)
+            .map(|(path, content_type, bytes, gzipped)| {
+                (path, Embedded { content_type, bytes, gzipped, etag: etag(bytes) })
+            })
+            .collect()
+    })
+}
+
+/// An `ETag`'s value without its weak mark: what `If-None-Match` compares.
+fn weak_of(etag: &HeaderValue) -> &str {
+    etag.to_str().unwrap_or_default().trim_start_matches("W/")
+}
+
+/// A strong validator of `bytes`: the first 128 bits of their SHA-256.
+fn etag(bytes: &[u8]) -> HeaderValue {
+    let digest = crate::sandbox::sha256_hex(bytes);
+    HeaderValue::from_str(&format!("\"{}\"", &digest[..32])).expect("hex is a valid header value")
 }
 
 /// Whether `path` (of a GET) belongs to the console, at its address or its old one.
@@ -76,14 +126,21 @@ pub fn owns(path: &str) -> bool {
         .any(|page| path.strip_prefix(page).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
 }
 
-/// Answers a GET under `/console` (and `/preview`, with a redirect to the page).
-pub async fn serve(console_dir: &Path, path: &str) -> Response<Body> {
+/// Answers a GET under `/console` (and `/preview`, with a redirect to the page): from
+/// what the binary carries, the built assets from `console_dir` when given.
+pub async fn serve(console_dir: Option<&Path>, path: &str, headers: &HeaderMap) -> Response<Body> {
     if path == OLD_PATH || path.starts_with("/preview/") {
         return redirect(PAGE_PATH);
     }
     let path = if path == "/console/" { PAGE_PATH } else { path };
-    if let Some((_, content_type, text)) = PAGES.iter().chain(&SCRIPTS).find(|(file_path, _, _)| *file_path == path) {
-        let mut response = response(Bytes::from_static(text.as_bytes()), content_type);
+    let from_dir = console_dir.filter(|_| path.starts_with(ASSETS_PREFIX));
+    if from_dir.is_none()
+        && let Some(file) = embedded().get(path)
+    {
+        let mut response = match file.gzipped {
+            false => response(Bytes::from_static(file.bytes), file.content_type, file.etag.clone(), headers),
+            true => gzipped(file, headers),
+        };
         if path == PAGE_PATH {
             response.headers_mut().insert(
                 HeaderName::from_static("content-security-policy"),
@@ -98,16 +155,22 @@ pub async fn serve(console_dir: &Path, path: &str) -> Response<Body> {
     let Some(name) = path.strip_prefix(ASSETS_PREFIX) else {
         return error_response(&ApiError::not_found(format!("no console file at {path}")));
     };
-    let Some((file, content_type)) = asset(console_dir, name) else {
-        return error_response(&ApiError::not_found(format!("no console asset named {name:?}")));
+    let found = from_dir.and_then(|dir| asset(dir, name));
+    let Some((file, content_type)) = found else {
+        let unbuilt = console_dir.is_none() && !is_built(None) && asset(Path::new(""), name).is_some();
+        let why = if unbuilt { BUILD_HINT } else { "no console asset named" };
+        return error_response(&ApiError::not_found(format!("{why}: {name:?}")));
     };
     match tokio::task::spawn_blocking(move || std::fs::read(file)).await {
-        Ok(Ok(bytes)) => response(Bytes::from(bytes), content_type),
+        Ok(Ok(bytes)) => {
+            let tag = etag(&bytes);
+            response(Bytes::from(bytes), content_type, tag, headers)
+        }
         Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
             error_response(&ApiError::not_found(format!("{name}: {BUILD_HINT}")))
         }
         Ok(Err(error)) => {
-            tracing::error!(%error, name, dir = %console_dir.display(), "reading a console asset failed");
+            tracing::error!(%error, name, dir = ?console_dir, "reading a console asset failed");
             error_response(&ApiError::new(Code::Internal, "the console asset could not be read"))
         }
         Err(error) => {
@@ -155,12 +218,47 @@ fn redirect(location: &'static str) -> Response<Body> {
     response
 }
 
-fn response(body: Bytes, content_type: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(body).boxed());
-    *response.status_mut() = StatusCode::OK;
+/// A gzipped asset as the client takes it: as it is, when it accepts gzip (every
+/// browser does), else unpacked, with the weak form of its `ETag` (the same content).
+fn gzipped(file: &Embedded, request: &HeaderMap) -> Response<Body> {
+    let accepts_gzip = request
+        .get_all(ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|coding| coding.split(';').next().is_some_and(|coding| coding.trim().eq_ignore_ascii_case("gzip")));
+    let mut response = if accepts_gzip {
+        let mut response = response(Bytes::from_static(file.bytes), file.content_type, file.etag.clone(), request);
+        response.headers_mut().insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        response
+    } else {
+        let mut unpacked = Vec::new();
+        if let Err(error) = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file.bytes), &mut unpacked) {
+            tracing::error!(%error, "an embedded console asset does not unpack");
+            return error_response(&ApiError::new(Code::Internal, "the console asset could not be read"));
+        }
+        let weak = HeaderValue::from_bytes(&[b"W/", file.etag.as_bytes()].concat()).unwrap_or(file.etag.clone());
+        response(Bytes::from(unpacked), file.content_type, weak, request)
+    };
+    response.headers_mut().insert(VARY, HeaderValue::from_static("accept-encoding"));
+    response
+}
+
+/// The file, or `304 Not Modified` when the client's copy has its `etag`.
+fn response(body: Bytes, content_type: &'static str, etag: HeaderValue, request: &HeaderMap) -> Response<Body> {
+    let fresh = request
+        .get_all(IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|tag| tag.trim() == "*" || tag.trim().trim_start_matches("W/") == weak_of(&etag));
+    let mut response = Response::new(Full::new(if fresh { Bytes::new() } else { body }).boxed());
+    *response.status_mut() = if fresh { StatusCode::NOT_MODIFIED } else { StatusCode::OK };
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    // Rebuilt assets and a new binary must be picked up on reload.
+    headers.insert(ETAG, etag);
+    // Revalidated on every load: a new binary or rebuilt assets are picked up, an
+    // unchanged file costs a 304.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response

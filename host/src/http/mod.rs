@@ -55,8 +55,9 @@ pub struct Server {
     pub tls: Option<tls::TlsAcceptor>,
     pub metrics: Metrics,
     pub exposition: Exposition,
-    /// The console's assets (the planner transpiled by jco), served at `/console/assets/`.
-    pub console_dir: PathBuf,
+    /// Where the console's built assets are read from (`--console-dir`), if not from the
+    /// binary.
+    pub console_dir: Option<PathBuf>,
     pub wake: Wake,
     /// Turns true when the server stops serving: endless responses (event streams) end,
     /// so that a graceful shutdown does not wait for them forever.
@@ -75,7 +76,7 @@ impl Server {
             tls: None,
             metrics,
             exposition,
-            console_dir: console::default_dir(),
+            console_dir: None,
             wake,
             stopping: watch::Sender::new(false),
             description,
@@ -318,7 +319,7 @@ async fn route(server: &Arc<Server>, request: Request<Incoming>, log: &mut Reque
         Route::OpenApi => json(StatusCode::OK, &server.description),
         Route::Metrics => metrics(server.exposition.clone()).await.unwrap_or_else(|error| log.failed(error)),
         Route::EventStream => sse::stream(server.events(), request).await.unwrap_or_else(|error| log.failed(error)),
-        Route::Console => console::serve(&server.console_dir, &path).await,
+        Route::Console => console::serve(server.console_dir.as_deref(), &path, request.headers()).await,
         Route::Method => {
             if let Some(method) = server.dispatcher.registry().by_path(&path) {
                 log.method.clone_from(&method.name);

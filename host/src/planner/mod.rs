@@ -47,7 +47,7 @@ wasmtime::component::bindgen!({
 });
 
 /// The planner component built by `build.rs`.
-pub const PLANNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_planner.wasm"));
+pub static PLANNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fleet_planner.wasm"));
 
 /// A hostile guest of the same world (`test-programs/hostile`), for the sandbox tests.
 #[cfg(test)]

@@ -44,10 +44,11 @@ pub fn serve(config: Config, listen: String, demo: bool) -> Result<()> {
                 "  curl -s -X POST {scheme}://{address}/api/compute/fleet/export -H \"Authorization: Bearer $FLEET_TOKEN\""
             );
         }
-        if fleet::http::console::is_built(&app.config.console_dir) {
+        let console_dir = app.config.console_dir.as_deref();
+        if fleet::http::console::is_built(console_dir) {
             println!("console: {scheme}://{address}/console (sign in with a token)");
         } else {
-            println!("console: {}", console_build_hint(&app.config.console_dir));
+            println!("console: {}", console_build_hint(console_dir));
         }
         println!("fleet listening on {scheme}://{address}");
         fleet::app::serve(app, listener, fleet::app::shutdown_signal()).await
@@ -158,14 +159,20 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/fleet")))
 }
 
-/// Exactly what to run to build the console's assets for this binary into `console_dir`.
-fn console_build_hint(console_dir: &Path) -> String {
+/// Exactly what to run to build the console's assets for this binary: into
+/// `console_dir`, or into a directory to serve with `--console-dir` when this binary was
+/// built without them.
+fn console_build_hint(console_dir: Option<&Path>) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../console/build.sh");
     let script = script.canonicalize().unwrap_or(script);
     let binary = std::env::current_exe().map_or_else(|_| "fleet".to_owned(), |exe| exe.display().to_string());
+    let (out, then) = match console_dir {
+        Some(dir) => (dir.display().to_string(), String::new()),
+        None => ("fleet-console".to_owned(), ", then serve with --console-dir fleet-console".to_owned()),
+    };
     format!(
-        "not built (it needs Node.js 20+ and npm); to build it, run: FLEET_BIN={binary} CONSOLE_OUT={} bash {}",
-        console_dir.display(),
+        "not built (this binary was built without Node.js 20+ and npm); to build it, run: \
+         FLEET_BIN={binary} CONSOLE_OUT={out} bash {}{then}",
         script.display()
     )
 }

@@ -13,6 +13,7 @@ mod client;
 mod commands;
 mod history;
 mod local;
+mod manual;
 mod proposals;
 mod render;
 
@@ -57,6 +58,13 @@ enum Command {
         #[arg(short = 'o', long)]
         output: PathBuf,
     },
+    /// Prints a shell completion script, e.g. `fleet completions bash > /etc/bash_completion.d/fleet`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff), every command in it: `fleet man > fleet.1; man -l fleet.1`.
+    Man,
     /// Prints the tenant's estate as a FleetConfig document.
     Export {
         #[command(flatten)]
@@ -360,7 +368,7 @@ struct Serve {
     /// Where the compiled planner is cached between runs (default: ~/.cache/fleet).
     #[arg(long, env = "FLEET_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
-    /// The console's assets, built by console/build.sh (default: target/<profile>/console, which the build makes when Node.js is installed).
+    /// Serve the console's assets from this directory, built by console/build.sh (default: those embedded in the binary, which the build makes when Node.js is installed).
     #[arg(long, env = "FLEET_CONSOLE_DIR", alias = "preview-dir")]
     console_dir: Option<PathBuf>,
     /// Serve HTTPS with this certificate chain (PEM), with --tls-key.
@@ -651,6 +659,11 @@ fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
         Command::Plugin(PluginCommand::Inspect { file }) => local::inspect_plugin(&file),
         Command::Policy(PolicyCommand::Test { files }) => local::policy_test(&files),
         Command::Component { output } => local::write_component(&output),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "fleet", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => manual::write(Cli::command(), &mut std::io::stdout().lock()),
         // The rest are the client commands (`Command::is_client`), which `main` runs.
         _ => bail!("client commands do not use the database"),
     }
@@ -682,7 +695,7 @@ impl Serve {
         }
         config.cache_dir = self.cache_dir.or_else(local::default_cache_dir);
         if let Some(console_dir) = self.console_dir {
-            config.console_dir = console_dir;
+            config.console_dir = Some(console_dir);
         }
         config.plugins = self.plugins;
         config.policies = self.policies;
