@@ -11,11 +11,17 @@ import { changeRows, judgeProposal, renderVerdicts } from './plan.js';
 let reads = 0;
 /** The proposal shown, to draw again after a review or an event. */
 let shown = null;
+/**
+ * What the last action on a proposal came to, `{ number, ok, title, detail }`: said again
+ * when an event draws the proposal anew, until another action or another proposal.
+ */
+let said = null;
 
 /** Renders the list (filtered by state) and, with `number`, that proposal below it. */
 export async function renderProposals(number) {
   const mine = ++reads;
   shown = number === undefined ? null : Number(number);
+  if (said && said.number !== shown) said = null;
   const state = $('proposal-state').value;
   let answer;
   try {
@@ -90,6 +96,7 @@ async function showProposal(number, mine) {
   if (actions.childElementCount) nodes.push(actions);
   nodes.push(element('div', { id: 'proposal-outcome', class: 'outcome', role: 'status', hidden: true }));
   box.replaceChildren(...nodes);
+  if (said?.number === number) paint(said);
 }
 
 /** Why the proposal is approved or not, as the planner in this page judges it. */
@@ -128,7 +135,13 @@ function reviewForm(number) {
       button('reject', 'Reject', () => review(number, 'reject', comment.value), 'quiet')));
 }
 
-function outcome(ok, title, detail) {
+/** Says what an action on proposal `number` came to, and keeps it for redraws. */
+function outcome(number, ok, title, detail) {
+  said = { number, ok, title, detail };
+  paint(said);
+}
+
+function paint({ ok, title, detail }) {
   const box = $('proposal-outcome');
   if (!box) return;
   box.hidden = false;
@@ -139,17 +152,18 @@ function outcome(ok, title, detail) {
 
 /** Runs an action of the view, then draws the proposal again; a refusal is said in the view. */
 async function act(number, action) {
-  let said;
+  said = null;
+  let done;
   try {
-    said = await action();
+    done = await action();
   } catch (error) {
     if (error instanceof SignedOut) return;
     const detail = error instanceof ApiFailure && error.details && Object.keys(error.details).length ? error.details : undefined;
-    outcome(false, error instanceof ApiFailure ? error.explained : explain(error), detail);
+    outcome(number, false, error instanceof ApiFailure ? error.explained : explain(error), detail);
     return;
   }
+  if (done) said = { number, ok: true, title: done };
   await renderProposals(number);
-  if (said) outcome(true, said);
 }
 
 function review(number, verdict, comment) {
