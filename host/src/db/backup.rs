@@ -12,6 +12,9 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::Location;
 
+/// How a copy's source is opened: read only.
+const READING: OpenFlags = OpenFlags::SQLITE_OPEN_READ_ONLY.union(OpenFlags::SQLITE_OPEN_NO_MUTEX);
+
 /// How long a copy waits for a writer that holds the database.
 const BUSY: Duration = Duration::from_secs(30);
 
@@ -30,12 +33,11 @@ pub struct Copied {
 pub fn backup(db: &Path, file: &Path) -> anyhow::Result<Copied> {
     let source = sqlite_path(db, "backup")?;
     ensure!(!file.exists(), "{} exists already; a backup never overwrites a file", file.display());
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let from = Connection::open_with_flags(&source, flags)
+    let from = Connection::open_with_flags(&source, READING)
         .with_context(|| format!("the database {} cannot be opened", source.display()))?;
     let partial = partial(file);
     let copied = copy(&from, &partial).and_then(|()| {
-        let copy = Connection::open_with_flags(&partial, flags)?;
+        let copy = Connection::open_with_flags(&partial, READING)?;
         check(&copy, &source.display().to_string())
     });
     match copied {
@@ -57,9 +59,8 @@ pub fn backup(db: &Path, file: &Path) -> anyhow::Result<Copied> {
 /// (with every server on it stopped: a running one would keep what it cached).
 pub fn restore(file: &Path, db: &Path, replace: bool) -> anyhow::Result<Copied> {
     let target = sqlite_path(db, "restore")?;
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let from =
-        Connection::open_with_flags(file, flags).with_context(|| format!("{} cannot be opened", file.display()))?;
+        Connection::open_with_flags(file, READING).with_context(|| format!("{} cannot be opened", file.display()))?;
     let copied = check(&from, &file.display().to_string())?;
     ensure!(
         replace || !target.exists() || std::fs::metadata(&target)?.len() == 0,

@@ -108,6 +108,11 @@ fn embedded() -> &'static HashMap<String, Embedded> {
     })
 }
 
+/// The comma-separated members of every `name` header of a request.
+fn listed(request: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
+    request.get_all(name).into_iter().filter_map(|value| value.to_str().ok()).flat_map(|value| value.split(','))
+}
+
 /// An `ETag`'s value without its weak mark: what `If-None-Match` compares.
 fn weak_of(etag: &HeaderValue) -> &str {
     etag.to_str().unwrap_or_default().trim_start_matches("W/")
@@ -221,11 +226,7 @@ fn redirect(location: &'static str) -> Response<Body> {
 /// A gzipped asset as the client takes it: as it is, when it accepts gzip (every
 /// browser does), else unpacked, with the weak form of its `ETag` (the same content).
 fn gzipped(file: &Embedded, request: &HeaderMap) -> Response<Body> {
-    let accepts_gzip = request
-        .get_all(ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
+    let accepts_gzip = listed(request, ACCEPT_ENCODING)
         .any(|coding| coding.split(';').next().is_some_and(|coding| coding.trim().eq_ignore_ascii_case("gzip")));
     let mut response = if accepts_gzip {
         let mut response = response(Bytes::from_static(file.bytes), file.content_type, file.etag.clone(), request);
@@ -246,11 +247,7 @@ fn gzipped(file: &Embedded, request: &HeaderMap) -> Response<Body> {
 
 /// The file, or `304 Not Modified` when the client's copy has its `etag`.
 fn response(body: Bytes, content_type: &'static str, etag: HeaderValue, request: &HeaderMap) -> Response<Body> {
-    let fresh = request
-        .get_all(IF_NONE_MATCH)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
+    let fresh = listed(request, IF_NONE_MATCH)
         .any(|tag| tag.trim() == "*" || tag.trim().trim_start_matches("W/") == weak_of(&etag));
     let mut response = Response::new(Full::new(if fresh { Bytes::new() } else { body }).boxed());
     *response.status_mut() = if fresh { StatusCode::NOT_MODIFIED } else { StatusCode::OK };

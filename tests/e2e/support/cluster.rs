@@ -140,7 +140,7 @@ fn start() -> Cluster {
     }
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&pki.key, std::fs::Permissions::from_mode(0o600)).expect("the key is private");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     // The shell starts the server, waits for its stdin to close (this process ended),
     // stops the server fast and removes the cluster.
     let script = r#"
