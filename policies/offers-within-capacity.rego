@@ -4,22 +4,12 @@ package fleet.offers_within_capacity
 
 resources := ["vcpus", "memoryMib", "gpus"]
 
-# Per pool, the keys of its offers: one pass over the offers.
-offers_of[pool] contains key if {
-	some key, offer in input.estate.offers
-	pool := offer.pool
-}
-
-# Per pool and resource, what its offers give.
-offered[pool][resource] := total if {
-	some pool, keys in offers_of
-	some resource in resources
-	total := sum([input.estate.offers[key][resource] | some key in keys])
-}
-
+# Each pool's offers are looked up in input.referencedBy rather than found by a scan of
+# every offer: see "Writing fast policies" in docs/guide/guardrails.md.
 deny contains {"msg": msg, "kind": "pool", "key": key} if {
-	some key, totals in offered
-	some resource, total in totals
+	some key, referrers in input.referencedBy.pools
+	some resource in resources
+	total := sum([input.estate.offers[offer][resource] | some offer in object.get(referrers, "offers", [])])
 	have := object.get(input.estate.pools, [key, resource], 0)
 	total > have
 	msg := sprintf("its offers give %d %s; the pool has %d", [total, resource, have])
@@ -33,11 +23,17 @@ estate := {
 	},
 }
 
+referenced_by := {"pools": {"gpu-a": {"offers": ["to-ml", "to-web"]}}}
+
 test_offers_that_fit_pass if {
-	count(deny) == 0 with input as {"estate": estate}
+	count(deny) == 0 with input as {"estate": estate, "referencedBy": referenced_by}
 }
 
 test_offers_over_a_resource_are_denied_once_for_it if {
 	bigger := object.union(estate, {"offers": {"to-web": {"gpus": 3}}})
-	deny == {{"msg": "its offers give 9 gpus; the pool has 8", "kind": "pool", "key": "gpu-a"}} with input as {"estate": bigger}
+	deny == {{"msg": "its offers give 9 gpus; the pool has 8", "kind": "pool", "key": "gpu-a"}} with input as {"estate": bigger, "referencedBy": referenced_by}
+}
+
+test_offers_of_a_pool_that_is_gone_are_denied if {
+	deny == {{"msg": "its offers give 64 vcpus; the pool has 0", "kind": "pool", "key": "gpu-a"}} with input as {"estate": object.remove(estate, ["pools"]), "referencedBy": referenced_by}
 }

@@ -1,5 +1,6 @@
 //! Times export and plan of a 10,000-object fleet natively, then the plan with each
-//! example policy of `policies/` in force alone, and all five (SPEC §14):
+//! example policy of `policies/` in force alone, all five, and each form of
+//! `examples/policy-forms/` alone (SPEC §14; the guide's "Writing fast policies"):
 //! `cargo run -p fleet-guest --release --example plan_10k`.
 
 use std::time::Instant;
@@ -132,8 +133,8 @@ fn changed_export(state: &Snapshot) -> (String, std::time::Duration) {
     (serde_json::json!({"document": exported["document"], "prune": true}).to_string(), export_time)
 }
 
-/// The plan timed with each example policy of `policies/` in force alone, with a policy
-/// that only builds `input.estate`, and with all five.
+/// The plan timed with each example policy of `policies/` in force alone, with all
+/// five, and with each form of `examples/policy-forms/` alone.
 fn time_policies(state: &Snapshot, request: &str) {
     let best_of_5 = |state: &Snapshot| {
         (0..5)
@@ -157,13 +158,19 @@ fn time_policies(state: &Snapshot, request: &str) {
         judged.policies = vec![policy(name)];
         println!("plan with {name}: {:?}", best_of_5(&judged));
     }
-    // What building `input.estate` costs by itself: a policy that names it and no more.
-    judged.policies = vec![fleet_guest::Policy {
-        name: "estate".into(),
-        level: fleet_guest::Level::Mandatory,
-        source: "package estate\n\ndeny contains \"never\" if { input.estate.pools.nothing }\n".into(),
-    }];
-    println!("plan with input.estate built: {:?}", best_of_5(&judged));
     judged.policies = examples.iter().map(|name| policy(name)).collect();
     println!("plan with all five: {:?}", best_of_5(&judged));
+    let forms = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policy-forms");
+    let mut forms: Vec<_> =
+        std::fs::read_dir(forms).expect("policy-forms").flatten().map(|entry| entry.path()).collect();
+    forms.sort();
+    for form in forms {
+        let name = form.file_stem().and_then(|stem| stem.to_str()).unwrap_or_default().to_owned();
+        let source = std::fs::read_to_string(&form).expect("a form");
+        judged.policies =
+            vec![fleet_guest::Policy { name: name.clone(), level: fleet_guest::Level::Mandatory, source }];
+        let plan: Value = serde_json::from_str(&fleet_guest::plan(&judged, request).expect("plan")).expect("JSON");
+        let verdicts = plan["policy"]["verdicts"].as_array().map_or(0, Vec::len);
+        println!("plan with the form {name}: {:?} ({verdicts} verdicts)", best_of_5(&judged));
+    }
 }

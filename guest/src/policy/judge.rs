@@ -7,9 +7,11 @@ use regorus::Value as Rego;
 
 use crate::document::PlanRequest;
 use crate::estate::Estate;
-use crate::kinds::Descriptor;
+use crate::kinds::{Descriptor, FieldType};
 use crate::plan::output::{Action, Change, Plan};
 use crate::policy::approval::{self, Approval};
+use rustc_hash::FxHashSet;
+
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
 use crate::state::Object;
 use crate::value::Value;
@@ -51,8 +53,14 @@ fn input(estate: &Estate, request: &PlanRequest, plan: &Plan, reads: Reads) -> R
             plan.changes.iter().map(|change| change_value(estate, request, change, &mut values)).collect();
         members.push((values.name("changes"), Rego::from(changes)));
     }
-    if reads.estate {
-        members.push((values.name("estate"), estate_after(estate, request, plan, &mut values)));
+    if reads.estate || reads.referenced_by {
+        let after = EstateAfter::new(estate, request, plan);
+        if reads.estate {
+            members.push((values.name("estate"), after.value(&mut values)));
+        }
+        if reads.referenced_by {
+            members.push((values.name("referencedBy"), after.referenced_by(&mut values)));
+        }
     }
     if reads.rest {
         members.push((values.name("calls"), policy::from_serialize(&plan.calls)?));
@@ -132,46 +140,150 @@ fn fields_value(descriptor: &'static Descriptor, fields: &[Value], values: &mut 
     object(descriptor.fields.iter().zip(fields).map(|(field, value)| (values.name(field.name), values.value(value))))
 }
 
-/// The estate once the plan is applied, as export would then answer it: section → key
-/// → object. The document's objects replace what they name; pruned ones are gone.
-fn estate_after(estate: &Estate, request: &PlanRequest, plan: &Plan, values: &mut Values) -> Rego {
-    let mut document = crate::export::document(estate);
-    for kind in 0..estate.catalog.len() {
-        if !estate.runs(kind) {
-            continue;
-        }
-        let section = &mut document.sections[kind];
-        for (key, fields) in request.document.section(kind) {
-            // The key export gives the object this key names, if it is not this one.
-            let id = match estate.catalog.id_kind(key) == Some(kind) {
-                true => Some(&**key),
-                false => estate.bound(kind, key),
-            };
-            if let Some(id) = id
-                && let exported = estate.key_of(kind, id)
-                && exported != &**key
-            {
-                section.remove(exported);
+/// The estate once the plan is applied, as export would then answer it: per kind that
+/// runs, its objects sorted by key. Nothing is copied: each object is the live one or
+/// the document's.
+struct EstateAfter<'a> {
+    estate: &'a Estate,
+    sections: Vec<(usize, Vec<(&'a str, After<'a>)>)>,
+}
+
+/// An object of the estate once the plan is applied.
+#[derive(Clone, Copy)]
+enum After<'a> {
+    /// As the planner read it, which the plan leaves as it is: references are ids.
+    Live(&'a Object),
+    /// As the document states it: references are keys.
+    Stated(&'a [Value]),
+}
+
+impl<'a> EstateAfter<'a> {
+    /// The document's objects replace what they name, by its key; pruned ones are gone
+    /// (unless blocked); archived ones are left out, as export leaves them out.
+    fn new(estate: &'a Estate, request: &'a PlanRequest, plan: &'a Plan) -> EstateAfter<'a> {
+        let sections = estate.catalog.iter().filter(|(kind, _)| estate.runs(*kind)).map(|(kind, descriptor)| {
+            let pruned: FxHashSet<&str> = plan
+                .changes
+                .iter()
+                .filter(|change| {
+                    matches!(change.action, Action::Delete | Action::Archive) && change.kind == descriptor.kind
+                })
+                .filter(|change| {
+                    plan.blocked.iter().all(|blocked| blocked.kind != change.kind || *blocked.key != *change.key)
+                })
+                .map(|change| &*change.key)
+                .collect();
+            // The document's objects, last to first: one whose key is the exported key of
+            // an object a later key names is replaced by that one.
+            let mut replaced: FxHashSet<&str> = FxHashSet::default();
+            let mut objects = Vec::new();
+            for (key, fields) in request.document.section(kind).iter().rev() {
+                if !replaced.contains(&**key) && !pruned.contains(&**key) {
+                    objects.push((&**key, After::Stated(fields)));
+                }
+                let id = match estate.catalog.id_kind(key) == Some(kind) {
+                    true => Some(&**key),
+                    false => estate.bound(kind, key),
+                };
+                if let Some(id) = id {
+                    replaced.insert(estate.key_of(kind, id));
+                }
+                replaced.insert(key);
             }
-            section.insert(key.clone(), fields.clone());
+            let live = estate.objects(kind).iter().filter(|object| !object.archived).filter_map(|object| {
+                let key = estate.key_of(kind, &object.key);
+                (!replaced.contains(key) && !pruned.contains(key)).then_some((key, After::Live(object)))
+            });
+            objects.extend(live);
+            objects.sort_unstable_by(|left, right| left.0.cmp(right.0));
+            (kind, objects)
+        });
+        EstateAfter { estate, sections: sections.collect() }
+    }
+
+    /// A field of an object, references as keys.
+    fn field(&self, kind: usize, object: After<'a>, at: usize) -> Field<'a> {
+        match object {
+            After::Stated(fields) => Field::Value(&fields[at]),
+            After::Live(live) => match self.estate.catalog.target(kind, at) {
+                Some(target) => Field::Key(self.estate.key_of(target, live.values[at].as_text())),
+                None => Field::Value(&live.values[at]),
+            },
         }
     }
-    for change in plan.changes.iter().filter(|change| matches!(change.action, Action::Delete | Action::Archive)) {
-        if let Some(kind) = estate.catalog.by_kind(change.kind)
-            && plan.blocked.iter().all(|blocked| blocked.kind != change.kind || *blocked.key != *change.key)
-        {
-            document.sections[kind].remove(&change.key);
+
+    /// `input.estate`: section → key → object, every field filled in.
+    fn value(&self, values: &mut Values) -> Rego {
+        let mut sections = Vec::with_capacity(self.sections.len());
+        for (kind, objects) in &self.sections {
+            let descriptor = self.estate.kind(*kind);
+            let mut members = Vec::with_capacity(objects.len());
+            for &(key, after) in objects {
+                let fields = descriptor.fields.iter().enumerate().map(|(at, field)| {
+                    let value = match self.field(*kind, after, at) {
+                        Field::Value(value) => values.value(value),
+                        Field::Key(key) => values.text(key),
+                    };
+                    (values.name(field.name), value)
+                });
+                let fields: Vec<(Rego, Rego)> = fields.collect();
+                members.push((values.text(key), object(fields)));
+            }
+            sections.push((values.name(descriptor.section), object(members)));
         }
+        object(sections)
     }
-    let sections = estate.catalog.iter().filter(|(kind, _)| estate.runs(*kind)).map(|(kind, descriptor)| {
-        let objects: BTreeMap<Rego, Rego> = document.sections[kind]
-            .iter()
-            .map(|(key, fields)| (values.text(key), fields_value(descriptor, fields, values)))
-            .collect();
-        (values.name(descriptor.section), Rego::from(objects))
-    });
-    let sections: Vec<(Rego, Rego)> = sections.collect();
-    object(sections)
+
+    /// `input.referencedBy` (SPEC §14): section → key → referring section → the sorted
+    /// keys of the objects whose references name that object. An object no one
+    /// references is absent, as is a referring section with no referrer.
+    fn referenced_by(&self, values: &mut Values) -> Rego {
+        type Referrers<'k> = BTreeMap<&'static str, Vec<&'k str>>;
+        let mut named: BTreeMap<&'static str, BTreeMap<&str, Referrers>> = BTreeMap::new();
+        for (kind, objects) in &self.sections {
+            let descriptor = self.estate.kind(*kind);
+            for (at, field) in descriptor.fields.iter().enumerate() {
+                let FieldType::Ref(target) = field.ty else { continue };
+                let Some(target) = self.estate.catalog.by_kind(target) else { continue };
+                let target = self.estate.kind(target).section;
+                // Keys in order, so each list is sorted as it grows.
+                for &(key, after) in objects {
+                    let named_key = match self.field(*kind, after, at) {
+                        Field::Key(named_key) => named_key,
+                        Field::Value(Value::Text(named_key)) => named_key,
+                        Field::Value(_) => continue,
+                    };
+                    if !named_key.is_empty() {
+                        let referrers = named.entry(target).or_default().entry(named_key).or_default();
+                        referrers.entry(descriptor.section).or_default().push(key);
+                    }
+                }
+            }
+        }
+        let mut sections = Vec::new();
+        for (section, objects) in named {
+            let mut members = Vec::new();
+            for (key, referrers) in objects {
+                let referrers: Vec<(Rego, Rego)> = referrers
+                    .into_iter()
+                    .map(|(section, keys)| {
+                        let keys: Vec<Rego> = keys.into_iter().map(|key| values.text(key)).collect();
+                        (values.name(section), Rego::from(keys))
+                    })
+                    .collect();
+                members.push((values.text(key), object(referrers)));
+            }
+            sections.push((values.name(section), object(members)));
+        }
+        object(sections)
+    }
+}
+
+/// A field's value as a policy sees it.
+enum Field<'a> {
+    Value(&'a Value),
+    /// A live object's reference, as the key of the object it names.
+    Key(&'a str),
 }
 
 #[cfg(test)]
@@ -225,6 +337,64 @@ mod tests {
         // gpu-a by its bound name (not twice), the new pool, and without prune the old one.
         assert_eq!(seen(source, false), ["\"gpu-a 16\"", "\"gpu-b 4\"", "\"pool_bbbbbbbbbbbbbbbbbbbbbbbbbb 0\""]);
         assert_eq!(seen(source, true), ["\"gpu-a 16\"", "\"gpu-b 4\""]);
+    }
+
+    #[test]
+    fn referenced_by_names_each_objects_referrers_by_key() {
+        // Every pool names site `eu` (live pool_bbb by its id, bound to `eu`) and account
+        // `aws`; no object references a pool.
+        let source = "package p\n\nwarn contains sprintf(\"%s %s %s %s\", [section, key, from, concat(\",\", keys)]) if {\n  some section, objects in input.referencedBy\n  some key, referrers in objects\n  some from, keys in referrers\n}\n";
+        let referrers = ["gpu-a,gpu-b,pool_bbbbbbbbbbbbbbbbbbbbbbbbbb", "gpu-a,gpu-b"];
+        for (prune, keys) in [(false, referrers[0]), (true, referrers[1])] {
+            assert_eq!(
+                seen(source, prune),
+                [format!("\"providerAccounts aws pools {keys}\""), format!("\"sites eu pools {keys}\"")]
+            );
+        }
+    }
+
+    /// The example `offers-within-capacity` looks each pool's offers up in
+    /// `input.referencedBy`; its earlier form scanned every offer. Both judge alike: pools
+    /// over one resource or several, a live offer naming its pool by id, a pool the plan
+    /// prunes while offers still name it, and pools that fit.
+    #[test]
+    fn the_offers_example_judges_as_its_scanning_form_did() {
+        let offer = |pool: &str, vcpus: u64, gpus: u64| json!({"pool": pool, "to": "t", "vcpus": vcpus, "gpus": gpus});
+        let mut state: Snapshot = serde_json::from_value(json!({
+            "caller": {"tenant": "acme", "principal": "alice"},
+            "sites": [{"id": SITE, "region": "r"}],
+            "providerAccounts": [{"id": ACCOUNT, "provider": "aws"}],
+            "pools": [{"id": POOL, "site": SITE, "account": ACCOUNT, "class": "gpu", "owner": "o", "vcpus": 8, "gpus": 8},
+                      {"id": OLD, "site": SITE, "account": ACCOUNT, "class": "cpu", "owner": "o", "vcpus": 4}],
+            "offers": [{"id": "offr_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pool": POOL, "to": "t", "vcpus": 6},
+                       {"id": "offr_bbbbbbbbbbbbbbbbbbbbbbbbbb", "pool": OLD, "to": "t", "vcpus": 3}],
+            "bindings": [{"kind": "pool", "name": "gpu-a", "id": POOL}, {"kind": "site", "name": "eu", "id": SITE},
+                         {"kind": "providerAccount", "name": "aws", "id": ACCOUNT}]
+        }))
+        .unwrap();
+        let pool = |vcpus: u64, gpus: u64| json!({"site": "eu", "account": "aws", "class": "gpu", "owner": "o", "vcpus": vcpus, "gpus": gpus});
+        let document = json!({
+            "pools": {"gpu-a": pool(8, 8), "gpu-b": pool(16, 2), "gpu-c": pool(64, 64)},
+            "offers": {"one": offer("gpu-a", 4, 4), "two": offer("gpu-b", 10, 1), "three": offer("gpu-b", 10, 2),
+                       "four": offer("gpu-c", 32, 32), "five": offer("gpu-c", 32, 32), "six": offer(OLD, 5, 0)}});
+        let mut verdicts = |name: &str, source: &str, prune: bool| {
+            state.policies = vec![Policy { name: name.into(), level: Level::Mandatory, source: source.into() }];
+            let request = json!({"document": document, "prune": prune}).to_string();
+            let plan: serde_json::Value = serde_json::from_str(&crate::plan(&state, &request).unwrap()).unwrap();
+            let verdicts = plan["policy"]["verdicts"].as_array().unwrap().clone();
+            verdicts.into_iter().map(|verdict| (verdict["key"].clone(), verdict["message"].clone())).collect::<Vec<_>>()
+        };
+        // Without prune: gpu-a 6 + 4 vcpus of 8, gpu-b 20 vcpus of 16 and 3 gpus of 2, the
+        // unbound pool 3 + 5 vcpus of 4. With prune the live offers go, and the unbound
+        // pool too, while the document's offer still names it.
+        let expected = [["gpu-a", "gpu-b", "gpu-b", OLD].as_slice(), &["gpu-b", "gpu-b", OLD]];
+        for (prune, expected) in [false, true].into_iter().zip(expected) {
+            let scanning = verdicts("scanning", include_str!("../../examples/policy-forms/partial-sets.rego"), prune);
+            let looked_up = verdicts("looked-up", include_str!("../../../policies/offers-within-capacity.rego"), prune);
+            assert_eq!(looked_up, scanning);
+            let keys: Vec<&str> = looked_up.iter().filter_map(|(key, _)| key.as_str()).collect();
+            assert_eq!(keys, expected, "{looked_up:?}");
+        }
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub struct Compiled {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Reads {
     pub(crate) estate: bool,
+    pub(crate) referenced_by: bool,
     pub(crate) changes: bool,
     pub(crate) rest: bool,
 }
@@ -121,12 +122,13 @@ impl Reads {
     pub(crate) fn union(self, other: Reads) -> Reads {
         Reads {
             estate: self.estate || other.estate,
+            referenced_by: self.referenced_by || other.referenced_by,
             changes: self.changes || other.changes,
             rest: self.rest || other.rest,
         }
     }
 
-    const ALL: Reads = Reads { estate: true, changes: true, rest: true };
+    const ALL: Reads = Reads { estate: true, referenced_by: true, changes: true, rest: true };
 }
 
 /// Compiles a policy's source and checks that it only calls deterministic builtins and
@@ -223,6 +225,7 @@ fn scan(name: &str, source: &str, defined: &BTreeSet<String>) -> Result<Reads, S
             };
             reads = reads.union(match member.as_deref() {
                 Some("estate") => Reads { estate: true, ..Reads::default() },
+                Some("referencedBy") => Reads { referenced_by: true, ..Reads::default() },
                 Some("changes") => Reads { changes: true, ..Reads::default() },
                 Some(_) => Reads { rest: true, ..Reads::default() },
                 None => Reads::ALL,
@@ -619,6 +622,7 @@ mod tests {
         };
         assert_eq!(reads("count(input.estate.pools) > 1"), Reads { estate: true, ..Reads::default() });
         assert_eq!(reads("input[\"prune\"]"), Reads { rest: true, ..Reads::default() });
+        assert_eq!(reads("input.referencedBy.pools"), Reads { referenced_by: true, ..Reads::default() });
         assert_eq!(reads("x := input\n  x.estate"), Reads::ALL);
         assert_eq!(reads("count(deny) == 0 with input as {}"), Reads::default());
     }
