@@ -29,8 +29,11 @@ pub const BODY_LIMIT: usize = 16 << 20;
 /// The largest state the origin may answer with.
 pub const STATE_LIMIT: usize = 256 << 20;
 
-/// What the origin's export and plan answer with their state instead (SPEC §11).
-pub const STATE_MEDIA_TYPE: &str = "application/vnd.fleet.state+json";
+/// What the origin's export and plan answer with their state instead (SPEC §11): the
+/// state encoding in an envelope with the caller and the plugins' kinds
+/// (`fleet_guest::state::envelope`). The origin answers the JSON form too
+/// (`application/vnd.fleet.state+json`), which the edge reads as well.
+pub const STATE_MEDIA_TYPE: &str = "application/vnd.fleet.state";
 
 /// An HTTP answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +184,9 @@ enum Entry {
 /// The planner's host at the edge: the origin's state, its plugin kinds, and their
 /// checks, run by the origin with the caller's token.
 struct EdgeHost<'a> {
-    snapshot: Snapshot,
+    /// Taken by the planner's one read of it, not copied.
+    snapshot: std::cell::RefCell<Option<Snapshot>>,
+    caller: Caller,
     /// The plugin kinds' descriptors, as `plugins.kinds` answers them.
     kinds: String,
     origin: &'a dyn Origin,
@@ -190,11 +195,12 @@ struct EdgeHost<'a> {
 
 impl Host for EdgeHost<'_> {
     fn caller(&self) -> Caller {
-        self.snapshot.caller.clone()
+        self.caller.clone()
     }
 
     fn state(&self, _catalog: &Catalog) -> Result<Snapshot, Error> {
-        Ok(self.snapshot.clone())
+        let taken = self.snapshot.borrow_mut().take();
+        taken.ok_or_else(|| Error::new(ErrorCode::Internal, "the planner read the state twice"))
     }
 
     fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
@@ -262,10 +268,15 @@ fn state<'a>(origin: &'a dyn Origin, path: &str, authorization: &'a str) -> Resu
     }
     let not_a_state =
         |why: String| unavailable(format!("the origin answered with something other than a state: {why}"));
-    let text = std::str::from_utf8(&reply.body).map_err(|_| not_a_state("not UTF-8".into()))?;
+    let encoded = reply.content_type == STATE_MEDIA_TYPE;
+    // The envelope's header, or the whole JSON form: the caller and the plugins' kinds.
+    let (header, encoding) = match encoded {
+        true => fleet_guest::state::open_envelope(&reply.body).map_err(not_a_state)?,
+        false => (std::str::from_utf8(&reply.body).map_err(|_| not_a_state("not UTF-8".into()))?, &[][..]),
+    };
     // serde_json, not the strict reader of requests: the state holds text with line
     // breaks (policies' sources), and the origin wrote it with serde_json itself.
-    let json: serde_json::Value = serde_json::from_str(text).map_err(|_| not_a_state("not JSON".into()))?;
+    let json: serde_json::Value = serde_json::from_str(header).map_err(|_| not_a_state("not JSON".into()))?;
     let descriptors: Vec<&serde_json::Value> =
         json["plugins"].as_array().into_iter().flatten().map(|plugin| &plugin["descriptor"]).collect();
     let kinds = serde_json::to_string(&descriptors).map_err(|error| not_a_state(error.to_string()))?;
@@ -274,8 +285,18 @@ fn state<'a>(origin: &'a dyn Origin, path: &str, authorization: &'a str) -> Resu
         true => Catalog::built_in(),
         false => Catalog::with_plugins(&plugin_kinds).map_err(|(kind, why)| not_a_state(format!("{kind}: {why}")))?,
     };
-    let snapshot = Snapshot::from_json(&catalog, &json).map_err(|error| not_a_state(error.message))?;
-    Ok(EdgeHost { snapshot, kinds, origin, authorization })
+    let snapshot = match encoded {
+        true => {
+            let caller = serde_json::from_value(json["caller"].clone())
+                .map_err(|error| not_a_state(format!("its caller: {error}")))?;
+            let snapshot =
+                fleet_guest::state::decode(&catalog, encoding).map_err(|error| not_a_state(error.message))?;
+            Snapshot { caller, ..snapshot }
+        }
+        false => Snapshot::from_json(&catalog, &json).map_err(|error| not_a_state(error.message))?,
+    };
+    let caller = snapshot.caller.clone();
+    Ok(EdgeHost { snapshot: std::cell::RefCell::new(Some(snapshot)), caller, kinds, origin, authorization })
 }
 
 #[cfg(test)]
@@ -308,6 +329,18 @@ mod tests {
         Fixed(Ok(Reply { status, content_type: "application/json".into(), body: body.as_bytes().to_vec() }))
     }
 
+    /// The origin's answer of `state` as the state encoding in its envelope.
+    fn encoded(state: &serde_json::Value) -> Fixed {
+        let descriptors: Vec<&serde_json::Value> =
+            state["plugins"].as_array().into_iter().flatten().map(|plugin| &plugin["descriptor"]).collect();
+        let kinds = fleet_guest::plugins::parse_kinds(&serde_json::to_string(&descriptors).unwrap()).unwrap();
+        let catalog = Catalog::with_plugins(&kinds).unwrap();
+        let snapshot = Snapshot::from_json(&catalog, state).unwrap();
+        let header = json!({"caller": state["caller"], "plugins": state["plugins"]}).to_string();
+        let body = fleet_guest::state::envelope(&header, &snapshot.encode(&catalog));
+        Fixed(Ok(Reply { status: 200, content_type: STATE_MEDIA_TYPE.into(), body }))
+    }
+
     fn state() -> serde_json::Value {
         json!({
             "caller": {"tenant": "acme", "principal": "alice"},
@@ -327,17 +360,24 @@ mod tests {
     }
 
     #[test]
-    fn plans_and_exports_as_the_planner_does_on_the_origins_state() {
-        let origin = reply(200, &state().to_string());
+    fn plans_and_exports_as_the_planner_does_on_the_origins_state_in_either_form() {
         let snapshot: Snapshot = serde_json::from_value(state()).unwrap();
-        let request = r#"{"document": {"sites": {"eu-west": {"region": "eu-west-2"}}}}"#;
-        let planned = post("/api/compute/fleet/plan", request, &origin);
-        assert_eq!(planned.status, 200);
-        assert_eq!(planned.body, fleet_guest::plan(&snapshot, request).unwrap().into_bytes());
-        let exported = post("/api/compute/fleet/export", "", &origin);
-        assert_eq!(exported.body, fleet_guest::export(&snapshot, "{}").unwrap().into_bytes());
-        let invalid = post("/api/compute/fleet/plan", "{}", &origin);
-        assert_eq!((invalid.status, code(&invalid)), (400, "INVALID_ARGUMENT".into()));
+        for origin in [reply(200, &state().to_string()), encoded(&state())] {
+            let request = r#"{"document": {"sites": {"eu-west": {"region": "eu-west-2"}}}}"#;
+            let planned = post("/api/compute/fleet/plan", request, &origin);
+            assert_eq!(planned.status, 200);
+            assert_eq!(planned.body, fleet_guest::plan(&snapshot, request).unwrap().into_bytes());
+            let exported = post("/api/compute/fleet/export", "", &origin);
+            assert_eq!(exported.body, fleet_guest::export(&snapshot, "{}").unwrap().into_bytes());
+            let invalid = post("/api/compute/fleet/plan", "{}", &origin);
+            assert_eq!((invalid.status, code(&invalid)), (400, "INVALID_ARGUMENT".into()));
+        }
+        let mut cut = encoded(&state());
+        if let Ok(reply) = &mut cut.0 {
+            reply.body.truncate(reply.body.len() - 3);
+        }
+        let answer = post("/api/compute/fleet/plan", r#"{"document": {}}"#, &cut);
+        assert_eq!((answer.status, code(&answer)), (503, "UNAVAILABLE".into()));
     }
 
     #[test]
@@ -348,15 +388,16 @@ mod tests {
         with_plugin["plugins"] = json!([{"digest": "00", "descriptor": {"group": "reservations",
             "kind": "reservation", "section": "reservations", "idPrefix": "rsv", "removal": "delete",
             "fields": [{"name": "note", "type": "string", "required": false, "immutable": false}]}}]);
-        let origin = reply(200, &with_plugin.to_string());
-        let exported = post("/api/compute/fleet/export", "", &origin);
-        let exported: serde_json::Value = serde_json::from_slice(&exported.body).unwrap();
-        assert_eq!(exported["document"]["reservations"]["rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa"]["note"], "old");
-        let request = r#"{"document": {"reservations": {"night": {"note": "new"}}}}"#;
-        let planned = post("/api/compute/fleet/plan", request, &origin);
-        assert_eq!(planned.status, 200, "{:?}", String::from_utf8_lossy(&planned.body));
-        let plan: serde_json::Value = serde_json::from_slice(&planned.body).unwrap();
-        assert_eq!(plan["blocked"][0]["reason"], "no notes", "{plan}");
+        for origin in [reply(200, &with_plugin.to_string()), encoded(&with_plugin)] {
+            let exported = post("/api/compute/fleet/export", "", &origin);
+            let exported: serde_json::Value = serde_json::from_slice(&exported.body).unwrap();
+            assert_eq!(exported["document"]["reservations"]["rsv_aaaaaaaaaaaaaaaaaaaaaaaaaa"]["note"], "old");
+            let request = r#"{"document": {"reservations": {"night": {"note": "new"}}}}"#;
+            let planned = post("/api/compute/fleet/plan", request, &origin);
+            assert_eq!(planned.status, 200, "{:?}", String::from_utf8_lossy(&planned.body));
+            let plan: serde_json::Value = serde_json::from_slice(&planned.body).unwrap();
+            assert_eq!(plan["blocked"][0]["reason"], "no notes", "{plan}");
+        }
     }
 
     #[test]

@@ -83,6 +83,23 @@ fn export_and_plan_at_the_edge_are_the_origins_bytes() {
     let state: Value = state.json().unwrap();
     assert_eq!(state, origin.ok(&token, "preview/snapshot", json!({})), "one read, two doors");
     assert_eq!(state["caller"]["tenant"], "acme");
+    // The edge's own read: the same state as the planner's encoding, in its envelope.
+    let encoded = http
+        .post(format!("{base}/api/compute/fleet/export"))
+        .bearer_auth(&token)
+        .header("accept", "application/vnd.fleet.state")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(encoded.headers()["content-type"], "application/vnd.fleet.state");
+    let encoded = encoded.bytes().unwrap();
+    let (header, encoding) = fleet_guest::state::open_envelope(&encoded).unwrap();
+    let header: Value = serde_json::from_str(header).unwrap();
+    assert_eq!((&header["caller"], &header["plugins"]), (&state["caller"], &state["plugins"]));
+    let catalog = fleet_guest::Catalog::built_in();
+    let decoded = fleet_guest::state::decode(&catalog, encoding).unwrap();
+    let from_json = fleet_guest::Snapshot::from_json(&catalog, &state).unwrap();
+    assert_eq!(fleet_guest::Snapshot { caller: from_json.caller.clone(), ..decoded }, from_json);
 
     let (status, body, _) = post(&edge.base, "/api/compute/fleet/plan", Some(&token), &requests[1].1);
     assert_eq!(status, 200);

@@ -11,13 +11,14 @@ use tokio::sync::broadcast;
 use crate::api::{ApiError, Code, Problem};
 use crate::calls::auth::{self, Caller, TokenCache};
 use crate::calls::context::{Ctx, Via};
-use crate::calls::registry::{Answer, Call, Method, MethodKind, Registry, Run};
+use crate::calls::registry::{Answer, Call, Method, MethodKind, Registry, Run, StateForm};
 use crate::db::{self, Conn, Pool, Tx};
 
-/// What a client sends as `Accept` on a method that answers its state (export, plan)
-/// to get, instead, the state that method would plan from: the edge's read (SPEC §11),
-/// authorized as that method.
-pub const STATE_MEDIA_TYPE: &str = "application/vnd.fleet.state+json";
+/// What a method answered: its JSON, or the state asked for.
+pub enum Reply {
+    Json(String),
+    State(StateForm, Vec<u8>),
+}
 
 /// Authenticates, finds and authorizes, and runs methods.
 pub struct Dispatcher {
@@ -34,7 +35,9 @@ pub struct Dispatcher {
 pub struct Handled {
     /// The caller's tenant and principal, once authenticated.
     pub identity: Option<(String, String)>,
-    pub answer: Answer,
+    pub reply: Result<Reply, ApiError>,
+    /// The time its planner's sandbox took.
+    pub sandbox: std::time::Duration,
 }
 
 impl Dispatcher {
@@ -95,25 +98,27 @@ impl Dispatcher {
         }
     }
 
-    /// A request to the method at `path`: authenticate, find, authorize, run. With
-    /// `wants_state`, a method that answers its state (`STATE_MEDIA_TYPE`) answers that.
-    pub fn handle(&self, authorization: Option<&str>, path: &str, body: &[u8], wants_state: bool) -> Handled {
+    /// A request to the method at `path`: authenticate, find, authorize, run. A method
+    /// that answers its state answers that when `state` asks for it.
+    pub fn handle(&self, authorization: Option<&str>, path: &str, body: &[u8], state: Option<StateForm>) -> Handled {
         let mut identity = None;
-        let answer = (|| {
+        let mut sandbox = std::time::Duration::ZERO;
+        let reply = (|| {
             let db = self.db.get()?;
             let caller = self.authenticate(&db, authorization)?;
             identity = Some((caller.tenant.clone(), caller.principal.clone()));
             let method =
                 self.registry.by_path(path).ok_or_else(|| ApiError::not_found(format!("no method at {path}")))?;
             method.authorize(&caller)?;
-            let answer = match (&method.state, wants_state) {
-                (Some(state), true) => state(Call { caller, db, body: "{}", methods: &self.registry }),
-                _ => self.run(caller, db, method, body),
-            };
-            Ok::<_, ApiError>(answer)
-        })()
-        .unwrap_or_else(|error| Answer::from(Err(error)));
-        Handled { identity, answer }
+            if let (Some(reader), Some(form)) = (&method.state, state) {
+                let call = Call { caller, db, body: "{}", methods: &self.registry };
+                return Ok(Reply::State(form, reader(call, form)?));
+            }
+            let answer = self.run(caller, db, method, body);
+            sandbox = answer.sandbox;
+            answer.output.map(Reply::Json)
+        })();
+        Handled { identity, reply, sandbox }
     }
 
     /// Runs `method` as `caller` on a request body: module methods get the parsed body

@@ -69,6 +69,37 @@ impl From<Result<String, ApiError>> for Answer {
 /// captures at registration what it uses (the planner, the state, the events).
 pub type Composite = Arc<dyn Fn(Call<'_>) -> Answer + Send + Sync>;
 
+/// What a client asks for with `Accept` on a method that answers its state (export,
+/// plan) to get, instead, the state that method would plan from: the edge's read (SPEC
+/// §11), authorized as that method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateForm {
+    /// `application/vnd.fleet.state+json`: the JSON form of `fleet_guest::state`.
+    Json,
+    /// `application/vnd.fleet.state`: the state encoding the planner reads, in an
+    /// envelope with the caller and the plugins' kinds (`fleet_guest::state::envelope`).
+    Encoded,
+}
+
+impl StateForm {
+    pub const ALL: [StateForm; 2] = [StateForm::Json, StateForm::Encoded];
+
+    pub fn media_type(self) -> &'static str {
+        match self {
+            StateForm::Json => "application/vnd.fleet.state+json",
+            StateForm::Encoded => "application/vnd.fleet.state",
+        }
+    }
+
+    /// The form an `Accept` header names exactly, if any.
+    pub fn accepted(accept: &[u8]) -> Option<StateForm> {
+        StateForm::ALL.into_iter().find(|form| form.media_type().as_bytes() == accept)
+    }
+}
+
+/// The state a method plans from, in the form a client asks for (SPEC §11).
+pub type StateReader = Arc<dyn Fn(Call<'_>, StateForm) -> Result<Vec<u8>, ApiError> + Send + Sync>;
+
 pub enum Run {
     InTransaction(Handler),
     Composite(Composite),
@@ -91,8 +122,8 @@ pub struct Method {
     pub multiline: &'static [&'static str],
     pub run: Run,
     /// What the method answers instead when the client asks for the state it would plan
-    /// from (`Accept: application/vnd.fleet.state+json`, the edge's read, SPEC §11).
-    pub state: Option<Composite>,
+    /// from (the edge's read, SPEC §11), in the form asked for.
+    pub state: Option<StateReader>,
 }
 
 impl Method {
@@ -165,7 +196,7 @@ impl Method {
     }
 
     /// Answers `state` to a client that asks for the state the method plans from.
-    pub fn answers_state(mut self, state: Composite) -> Method {
+    pub fn answers_state(mut self, state: StateReader) -> Method {
         self.state = Some(state);
         self
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::api::ApiError;
 use crate::calls::auth::Caller;
-use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry};
+use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry, StateReader};
 use crate::db::{self, Conn, Pool};
 use crate::events::Wake;
 use crate::metrics::Metrics;
@@ -95,7 +95,8 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
     };
     let state = {
         let planning = planning.clone();
-        let state: Composite = Arc::new(move |call: Call| preview::state(&planning, &call.caller, &call.db).into());
+        let state: StateReader =
+            Arc::new(move |call: Call, form| preview::state(&planning, &call.caller, &call.db, form));
         state
     };
     registry.register(

@@ -11,27 +11,40 @@ use crate::api::{ApiError, Problem};
 use crate::calls::auth::Caller;
 use crate::calls::input::Input;
 use crate::calls::parse_body;
-use crate::calls::registry::Call;
+use crate::calls::registry::{Call, StateForm};
 use crate::db::{self, Conn};
+use crate::planner::StateSource;
 
-/// The state a planner reads, in one answer: the caller, the modules run, every table
-/// and the name bindings, in the JSON form of `fleet_guest::state`. Another host of the
-/// planner (the console, the edge) plans from it with no further round trip.
-pub(super) fn state(planning: &Planning, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
-    let snapshot = db::transaction(db, db::Tx::Read, |db| planning.state.snapshot(db, caller))?;
-    let mut state = snapshot.to_json(&planning.modules.catalog);
+/// The state a planner reads, in one answer: the caller, the modules run, every table,
+/// the name bindings, the policies in force and the plugins' kinds. Another host of the
+/// planner (the console, the edge) plans from it with no further round trip. In the JSON
+/// form of `fleet_guest::state`, or as the state encoding the planner here reads (kept
+/// by generation, so not made again) in an envelope with the caller and the plugins.
+pub(super) fn state(planning: &Planning, caller: &Caller, db: &Conn, form: StateForm) -> Result<Vec<u8>, ApiError> {
     let plugins: Vec<Value> = planning
         .plugins
         .iter()
         .map(|plugin| json!({"descriptor": PluginKind::of(plugin.kind), "digest": plugin.digest}))
         .collect();
-    state["plugins"] = Value::Array(plugins);
-    Ok(state.to_string())
+    match form {
+        StateForm::Json => {
+            let snapshot = db::transaction(db, db::Tx::Read, |db| planning.state.snapshot(db, caller))?;
+            let mut state = snapshot.to_json(&planning.modules.catalog);
+            state["plugins"] = Value::Array(plugins);
+            Ok(state.to_string().into_bytes())
+        }
+        StateForm::Encoded => {
+            let encoding = db::transaction(db, db::Tx::Read, |db| planning.state.encode(db, &caller.tenant))?;
+            let header = json!({"caller": caller.for_planner(), "plugins": plugins}).to_string();
+            Ok(fleet_guest::state::envelope(&header, &encoding))
+        }
+    }
 }
 
 pub(super) fn snapshot(planning: &Planning, call: Call) -> Result<String, ApiError> {
     Input::new(parse_body(call.body.as_bytes())?)?.finish()?;
-    state(planning, &call.caller, &call.db)
+    let state = state(planning, &call.caller, &call.db, StateForm::Json)?;
+    String::from_utf8(state).map_err(ApiError::internal)
 }
 
 /// Runs a plugin kind's check for another host of the planner. The objects come as

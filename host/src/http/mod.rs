@@ -31,7 +31,8 @@ use tracing::Instrument;
 
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
-use crate::calls::dispatch::STATE_MEDIA_TYPE;
+use crate::calls::dispatch::Reply;
+use crate::calls::registry::StateForm;
 use crate::events::Wake;
 use crate::http::connection::{Activity, Enveloped, Limits, TimedIo, Tracked};
 use crate::metrics::Metrics;
@@ -325,7 +326,12 @@ async fn route(server: &Arc<Server>, request: Request<Incoming>, log: &mut Reque
                 log.method.clone_from(&method.name);
             }
             match call(server.clone(), request, log).await {
-                Ok(output) => json_text(StatusCode::OK, output),
+                Ok(Reply::Json(output)) => json_text(StatusCode::OK, output),
+                Ok(Reply::State(form, state)) => {
+                    let mut response = Response::new(Full::new(Bytes::from(state)).boxed());
+                    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(form.media_type()));
+                    response
+                }
                 Err(error) => log.failed(error),
             }
         }
@@ -356,22 +362,21 @@ fn check_head<B>(request: &Request<B>, limit: usize) -> Result<(), ApiError> {
 
 /// A method call: read the body, then the dispatcher authenticates, finds, authorizes
 /// and runs it, on a blocking thread.
-async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut RequestLog) -> Result<String, ApiError> {
+async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut RequestLog) -> Result<Reply, ApiError> {
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
-    let wants_state = request.headers().get(ACCEPT).is_some_and(|accept| accept == STATE_MEDIA_TYPE);
+    let state = request.headers().get(ACCEPT).and_then(|accept| StateForm::accepted(accept.as_bytes()));
     let body = read_body(request, server.body_limit, server.limits.body_timeout).await?;
     let dispatcher = server.dispatcher.clone();
-    let handled =
-        tokio::task::spawn_blocking(move || dispatcher.handle(Some(&authorization), &path, &body, wants_state))
-            .await
-            .map_err(|panic| ApiError::internal(format_args!("handler panicked: {panic}")))?;
+    let handled = tokio::task::spawn_blocking(move || dispatcher.handle(Some(&authorization), &path, &body, state))
+        .await
+        .map_err(|panic| ApiError::internal(format_args!("handler panicked: {panic}")))?;
     if let Some((tenant, principal)) = handled.identity {
         log.tenant = Some(tenant);
         log.principal = Some(principal);
     }
-    log.sandbox = handled.answer.sandbox;
-    handled.answer.output
+    log.sandbox = handled.sandbox;
+    handled.reply
 }
 
 pub fn bearer<B>(request: &Request<B>) -> Result<String, ApiError> {
