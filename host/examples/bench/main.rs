@@ -16,6 +16,7 @@
 
 mod apply;
 mod edge;
+mod growth;
 mod large;
 mod planner;
 mod plugins;
@@ -96,6 +97,8 @@ enum Figure {
     MaxObjects,
     /// The 100k-object all-creates plan over HTTP.
     Plan100k,
+    /// The apply and unchanged re-plan of the large document and one ten times larger.
+    Growth,
     /// The 1M-object all-creates plan over HTTP.
     Plan1m,
     /// Only the drift run of `--drift-tenants` on the `--postgres` database.
@@ -135,6 +138,7 @@ async fn run(args: Args) -> Result<()> {
     add(&mut report, edge::figures(&server, &args, &changed).await?);
     // The large estates last: the peak memory of everything above is read before them.
     add(&mut report, json!({"rss_mib": peak_rss_mib()}));
+    add(&mut report, growth::figures(&server, &document).await?);
     add(&mut report, planner.limits()?);
     add(&mut report, large::figures(&server, &args).await);
     server.stop().await?;
@@ -197,6 +201,10 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
             let (latency, per_second) = small::plan(&server, args).await?;
             eprintln!("{per_second:.0} small plans per second, {:.3} ms each (median)", ms(latency));
         }
+        Figure::Growth => {
+            apply::large(&server, &document).await?;
+            println!("{}", growth::figures(&server, &document).await?);
+        }
         Figure::Plan100k | Figure::Plan1m => {
             let objects = if figure == Figure::Plan100k { 100_000 } else { 1_000_000 };
             let median = large::plan_creates(&server, args, objects, usize::MAX).await?;
@@ -209,12 +217,14 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
 
 /// The ratios of figures of different groups: `(ratio, figure, over figure)`. A ratio
 /// of a figure the run left out is left out; one of a figure that failed is null.
-const RATIOS: [(&str, &str, &str); 6] = [
+const RATIOS: [(&str, &str, &str); 8] = [
     ("apply_webhooks_over_apply", "apply_webhooks_ms", "apply_ms"),
     ("policies_over_plan", "http_plan_policies_ms_p50", "http_plan_ms_p50"),
     ("proposal_apply_over_apply", "proposal_apply_ms", "apply_ms"),
     ("apply_after_revisions_over_first", "apply_after_revisions_ms", "apply_ms"),
     ("plan_1m_over_100k", "http_plan_1m_ms", "http_plan_100k_ms"),
+    ("apply_10x_over_apply", "apply_10x_ms", "apply_ms"),
+    ("replan_10x_over_replan", "http_replan_10x_ms", "http_replan_ms"),
     ("pg_apply_over_sqlite", "pg_apply_ms", "apply_ms"),
 ];
 

@@ -28,6 +28,9 @@ pub fn table(report: &Value, runs: usize) {
     row("apply over HTTP", ms("apply_ms", 1), "target <= 400 ms");
     row("history page (p50)", ms("history_page_ms_p50", 2), "100 of 10,000 revisions");
     row("apply after 10k revisions", ms("apply_after_revisions_ms", 1), "target: the first apply's time");
+    row("unchanged re-plan over HTTP", ms("http_replan_ms", 1), "the applied large document");
+    row("apply, 10x the objects", ms("apply_10x_ms", 0), "target <= 11x the apply");
+    row("unchanged re-plan, 10x", ms("http_replan_10x_ms", 0), "target <= 11x the re-plan");
     row("small plan over HTTP (p50)", ms("http_small_plan_ms_p50", 2), "");
     row("small plans over HTTP", format!("{:.0} rps", figure("http_small_plan_rps")), "");
     row("bare hyper handler", format!("{:.0} rps", figure("http_hello_rps")), "");

@@ -30,7 +30,8 @@ pub struct Server {
 /// A token of every permission for each tenant: `bench` holds the large estate,
 /// `small` the demo estate, `plugins` an estate half of plugin objects, `history` one
 /// with 10,000 earlier revisions, `proposals` the large estate applied as a proposal
-/// (`reviewer` reviews it there), `webhooks` the large apply with ten webhooks.
+/// (`reviewer` reviews it there), `webhooks` the large apply with ten webhooks, `growth`
+/// the large estate ten times over.
 pub struct Tokens {
     pub bench: String,
     pub small: String,
@@ -39,6 +40,7 @@ pub struct Tokens {
     pub proposals: String,
     pub reviewer: String,
     pub webhooks: String,
+    pub growth: String,
 }
 
 /// The tenants' time of creation.
@@ -72,6 +74,7 @@ impl Server {
                 proposals: token("proposals")?,
                 reviewer: auth::create_token(&db, "proposals", "bob", &["compute:*:* @ *".to_owned()], NOW, None)?,
                 webhooks: token("webhooks")?,
+                growth: token("growth")?,
             })
         })?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
