@@ -34,6 +34,8 @@ test_offers_over_a_resource_are_denied_once_for_it if {
 	deny == {{"msg": "its offers give 9 gpus; the pool has 8", "kind": "pool", "key": "gpu-a"}} with input as {"estate": bigger, "referencedBy": referenced_by}
 }
 
-test_offers_of_a_pool_that_is_gone_are_denied if {
-	deny == {{"msg": "its offers give 64 vcpus; the pool has 0", "kind": "pool", "key": "gpu-a"}} with input as {"estate": object.remove(estate, ["pools"]), "referencedBy": referenced_by}
+test_offers_of_a_pool_that_is_gone_are_denied_for_each_resource if {
+	denied := deny with input as {"estate": {"pools": {}, "offers": estate.offers}, "referencedBy": referenced_by}
+	count(denied) == 3
+	{"msg": "its offers give 64 vcpus; the pool has 0", "kind": "pool", "key": "gpu-a"} in denied
 }
