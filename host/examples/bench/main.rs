@@ -93,6 +93,9 @@ enum Figure {
     WasmPlan,
     Instantiate,
     SmallPlan,
+    /// The small plan made by fleet's handler without HTTP, then by a bare sandbox call,
+    /// on one thread: what the handler adds to the plan.
+    SmallHandle,
     /// The growing search for the largest estate planned within the default budgets.
     MaxObjects,
     /// The 100k-object all-creates plan over HTTP.
@@ -196,6 +199,10 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
         }
         Figure::MaxObjects => {
             planner::Planner::new(&server, &nothing).await?.max_objects()?;
+        }
+        Figure::SmallHandle => {
+            small::plan(&server, args).await?;
+            tokio::task::block_in_place(|| small::handler_alone(&server, args))?;
         }
         Figure::SmallPlan => {
             let (latency, per_second) = small::plan(&server, args).await?;

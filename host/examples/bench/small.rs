@@ -55,6 +55,30 @@ pub async fn plan(server: &Server, args: &Args) -> Result<(Duration, f64)> {
     Ok((median(samples), rps))
 }
 
+/// The small plan made over and over on this thread for `--seconds` each: by fleet's
+/// handler (authentication, authorization, the state's freshness, the sandbox), then
+/// by a bare sandbox call of a state read beforehand; each's time on stderr.
+pub fn handler_alone(server: &Server, args: &Args) -> Result<()> {
+    let (app, caller) = (server.app.clone(), server.caller("small")?);
+    let request = small_request();
+    let authorization = format!("Bearer {}", server.tokens.small);
+    eprint!("fleet's handler: ");
+    crate::support::repeat(args.seconds, || {
+        let handled =
+            app.core.dispatcher.handle(Some(&authorization), "/api/compute/fleet/plan", request.as_bytes(), None);
+        handled.reply.map(|_| ()).map_err(|error| error.message)
+    });
+    let snapshot = app.core.planning.state.snapshot(&app.core.db.get()?, &caller)?;
+    let state = Source::snapshot(&snapshot);
+    let sandbox = Sandbox::new(fleet::planner::PLANNER, app.config.budget, None, app.core.metrics.clone())?;
+    eprint!("a bare sandbox call: ");
+    crate::support::repeat(args.seconds, || -> Result<String> {
+        let session = Session::new(caller.clone(), app.core.db.get()?, state.clone());
+        sandbox.call(session, Entry::Plan, &request).1.map_err(|error| anyhow::anyhow!("{error}"))
+    });
+    Ok(())
+}
+
 /// A bare hyper handler: the ceiling for requests per second on this machine.
 async fn hello_server() -> Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
