@@ -102,6 +102,8 @@ enum Figure {
     Plan100k,
     /// The apply and unchanged re-plan of the large document and one ten times larger.
     Growth,
+    /// The large plan over HTTP with the five example policies in force.
+    Policies,
     /// The 1M-object all-creates plan over HTTP.
     Plan1m,
     /// Only the drift run of `--drift-tenants` on the `--postgres` database.
@@ -207,6 +209,10 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
         Figure::SmallPlan => {
             let (latency, per_second) = small::plan(&server, args).await?;
             eprintln!("{per_second:.0} small plans per second, {:.3} ms each (median)", ms(latency));
+        }
+        Figure::Policies => {
+            apply::large(&server, &document).await?;
+            policies::repeat(&server, args, &with_changed_pools(&document)).await?;
         }
         Figure::Growth => {
             apply::large(&server, &document).await?;

@@ -21,11 +21,7 @@ const EXAMPLES: [(&str, &str); 5] = [
 
 /// The median of `--runs` plans of `changed` over HTTP with the policies in force.
 pub async fn figures(server: &Server, args: &Args, changed: &Value) -> Result<Value> {
-    let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
-    for (name, level) in EXAMPLES {
-        let source = std::fs::read_to_string(directory.join(format!("{name}.rego")))?;
-        policy_call(server, "put", json!({"name": name, "level": level, "source": source})).await?;
-    }
+    put_examples(server).await?;
     let request = json!({"document": changed}).to_string();
     let mut samples = Vec::<Duration>::new();
     for _ in 0..args.runs {
@@ -35,6 +31,29 @@ pub async fn figures(server: &Server, args: &Args, changed: &Value) -> Result<Va
         policy_call(server, "delete", json!({"name": name})).await?;
     }
     Ok(json!({"http_plan_policies_ms_p50": ms(median(samples))}))
+}
+
+/// The plan of `changed` with the policies in force, over and over for `--seconds`.
+pub async fn repeat(server: &Server, args: &Args, changed: &Value) -> Result<()> {
+    put_examples(server).await?;
+    let request = json!({"document": changed}).to_string();
+    let (started, mut times) = (std::time::Instant::now(), 0_u32);
+    while started.elapsed().as_secs() < args.seconds {
+        http_plan(server, &request, |plan| plan["policy"]["verdicts"].is_array()).await?;
+        times += 1;
+    }
+    eprintln!("{times} times in {:.1?}: {:.3} ms each", started.elapsed(), ms(started.elapsed() / times.max(1)));
+    Ok(())
+}
+
+/// The five examples in force as the `bench` tenant's policies.
+async fn put_examples(server: &Server) -> Result<()> {
+    let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    for (name, level) in EXAMPLES {
+        let source = std::fs::read_to_string(directory.join(format!("{name}.rego")))?;
+        policy_call(server, "put", json!({"name": name, "level": level, "source": source})).await?;
+    }
+    Ok(())
 }
 
 async fn policy_call(server: &Server, method: &str, body: Value) -> Result<()> {
