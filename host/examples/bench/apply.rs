@@ -13,10 +13,16 @@ use crate::support::{count, median, ms};
 
 /// Applies `document` to the `bench` tenant: how long it took (the `apply_ms` figure).
 pub async fn large(server: &Server, document: &Value) -> Result<Duration> {
+    large_as(server, &server.tokens.bench, document).await
+}
+
+/// Applies `document` as `token`'s tenant, checked to have made every object: how long
+/// it took.
+pub async fn large_as(server: &Server, token: &str, document: &Value) -> Result<Duration> {
     let objects = count(document);
     let body = json!({"document": document}).to_string();
     let started = Instant::now();
-    let applied = server.post("apply", body).await?;
+    let applied = server.post_as(token, "apply", body).await?;
     let apply = started.elapsed();
     let applied: Value = serde_json::from_str(&applied)?;
     if applied["applied"].as_u64() != Some(objects as u64) {

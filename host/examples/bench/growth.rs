@@ -15,27 +15,13 @@ use crate::support::{count, document, median, ms};
 pub async fn figures(server: &Server, document_10k: &Value) -> Result<Value> {
     let replanned = replan(server, &server.tokens.bench, document_10k).await?;
     let larger = document(10 * count(document_10k));
-    let applied = apply(server, &server.tokens.growth, &larger).await?;
+    let applied = crate::apply::large_as(server, &server.tokens.growth, &larger).await?;
     let replanned_larger = replan(server, &server.tokens.growth, &larger).await?;
     Ok(json!({
         "http_replan_ms": ms(replanned),
         "apply_10x_ms": ms(applied),
         "http_replan_10x_ms": ms(replanned_larger),
     }))
-}
-
-/// One apply of `document` to an empty tenant, checked to have created it all.
-async fn apply(server: &Server, token: &str, document: &Value) -> Result<Duration> {
-    let objects = count(document);
-    let body = json!({"document": document}).to_string();
-    let started = Instant::now();
-    let applied = server.post_as(token, "apply", body).await?;
-    let took = started.elapsed();
-    let applied: Value = serde_json::from_str(&applied)?;
-    if applied["applied"].as_u64() != Some(objects as u64) {
-        bail!("the apply ran {} calls for {objects} objects", applied["applied"]);
-    }
-    Ok(took)
 }
 
 /// The median of three plans of the applied `document` as it is: every object unchanged.
