@@ -4,14 +4,13 @@
 use std::collections::BTreeMap;
 
 use regorus::Value as Rego;
+use rustc_hash::FxHashSet;
 
 use crate::document::PlanRequest;
 use crate::estate::Estate;
 use crate::kinds::{Descriptor, FieldType};
 use crate::plan::output::{Action, Change, Plan};
 use crate::policy::approval::{self, Approval};
-use rustc_hash::FxHashSet;
-
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
 use crate::state::Object;
 use crate::value::Value;
@@ -341,8 +340,9 @@ mod tests {
 
     #[test]
     fn referenced_by_names_each_objects_referrers_by_key() {
-        // Every pool names site `eu` (live pool_bbb by its id, bound to `eu`) and account
-        // `aws`; no object references a pool.
+        // Every pool names site `eu` and account `aws` (the live, unbound pool_bbb… by
+        // their ids, which come out as their bound names); no object references a pool.
+        // With prune, pool_bbb… is gone and names nothing.
         let source = "package p\n\nwarn contains sprintf(\"%s %s %s %s\", [section, key, from, concat(\",\", keys)]) if {\n  some section, objects in input.referencedBy\n  some key, referrers in objects\n  some from, keys in referrers\n}\n";
         let referrers = ["gpu-a,gpu-b,pool_bbbbbbbbbbbbbbbbbbbbbbbbbb", "gpu-a,gpu-b"];
         for (prune, keys) in [(false, referrers[0]), (true, referrers[1])] {

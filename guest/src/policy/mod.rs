@@ -6,7 +6,8 @@
 //! rules, sets of strings or of `{"msg", "kind"?, "key"?}` objects, judge `input`; its
 //! `approve` and `reject` rules judge a proposal (`approval.rs`, SPEC §17). The input is built
 //! from the planner's own values, never through JSON text, and only the members a
-//! policy in force names are built at all (`input.estate` is the costly one):
+//! policy in force names are built at all (`input.estate` and `input.referencedBy` are the
+//! costly ones):
 //! `judge.rs` builds a plan's input and judges it.
 
 use std::collections::{BTreeMap, BTreeSet};
