@@ -628,6 +628,7 @@ mod tests {
         assert!(open_envelope(&body[..10]).unwrap_err().contains("cut short"));
         assert!(open_envelope(&body[..3]).is_err());
     }
+
     #[test]
     fn json_and_the_encoding_carry_the_same_state() {
         let catalog = Catalog::built_in();

@@ -70,29 +70,26 @@ fn export_and_plan_at_the_edge_are_the_origins_bytes() {
             "{path} {body}: the edge's bytes are the origin's"
         );
     }
-    // The origin's state read: export or plan, with the state's media type.
+    // The origin's state read: export or plan, with a state's media type.
     let http = reqwest::blocking::Client::new();
-    let state = http
-        .post(format!("{base}/api/compute/fleet/plan"))
-        .bearer_auth(&token)
-        .header("accept", "application/vnd.fleet.state+json")
-        .body("{}")
-        .send()
-        .unwrap();
-    assert_eq!(state.status(), 200);
+    let read_state = |method: &str, accept: &str| {
+        let state = http
+            .post(format!("{base}/api/compute/fleet/{method}"))
+            .bearer_auth(&token)
+            .header("accept", accept)
+            .body("{}")
+            .send()
+            .unwrap();
+        let content_type = state.headers()["content-type"].to_str().unwrap().to_owned();
+        assert_eq!((state.status().as_u16(), content_type.as_str()), (200, accept), "{method}");
+        state
+    };
+    let state = read_state("plan", "application/vnd.fleet.state+json");
     let state: Value = state.json().unwrap();
     assert_eq!(state, origin.ok(&token, "preview/snapshot", json!({})), "one read, two doors");
     assert_eq!(state["caller"]["tenant"], "acme");
     // The edge's own read: the same state as the planner's encoding, in its envelope.
-    let encoded = http
-        .post(format!("{base}/api/compute/fleet/export"))
-        .bearer_auth(&token)
-        .header("accept", "application/vnd.fleet.state")
-        .body("{}")
-        .send()
-        .unwrap();
-    assert_eq!(encoded.headers()["content-type"], "application/vnd.fleet.state");
-    let encoded = encoded.bytes().unwrap();
+    let encoded = read_state("export", "application/vnd.fleet.state").bytes().unwrap();
     let (header, encoding) = fleet_guest::state::open_envelope(&encoded).unwrap();
     let header: Value = serde_json::from_str(header).unwrap();
     assert_eq!((&header["caller"], &header["plugins"]), (&state["caller"], &state["plugins"]));

@@ -21,30 +21,35 @@ use crate::planner::StateSource;
 /// form of `fleet_guest::state`, or as the state encoding the planner here reads (kept
 /// by generation, so not made again) in an envelope with the caller and the plugins.
 pub(super) fn state(planning: &Planning, caller: &Caller, db: &Conn, form: StateForm) -> Result<Vec<u8>, ApiError> {
-    let plugins: Vec<Value> = planning
-        .plugins
-        .iter()
-        .map(|plugin| json!({"descriptor": PluginKind::of(plugin.kind), "digest": plugin.digest}))
-        .collect();
     match form {
-        StateForm::Json => {
-            let snapshot = db::transaction(db, db::Tx::Read, |db| planning.state.snapshot(db, caller))?;
-            let mut state = snapshot.to_json(&planning.modules.catalog);
-            state["plugins"] = Value::Array(plugins);
-            Ok(state.to_string().into_bytes())
-        }
+        StateForm::Json => json_state(planning, caller, db).map(String::into_bytes),
         StateForm::Encoded => {
             let encoding = db::transaction(db, db::Tx::Read, |db| planning.state.encode(db, &caller.tenant))?;
-            let header = json!({"caller": caller.for_planner(), "plugins": plugins}).to_string();
+            let header = json!({"caller": caller.for_planner(), "plugins": plugins(planning)}).to_string();
             Ok(fleet_guest::state::envelope(&header, &encoding))
         }
     }
 }
 
+/// The JSON form of the state, the plugins' kinds among its members.
+fn json_state(planning: &Planning, caller: &Caller, db: &Conn) -> Result<String, ApiError> {
+    let snapshot = db::transaction(db, db::Tx::Read, |db| planning.state.snapshot(db, caller))?;
+    let mut state = snapshot.to_json(&planning.modules.catalog);
+    state["plugins"] = plugins(planning);
+    Ok(state.to_string())
+}
+
+/// The plugins' kinds, with their components' digests.
+fn plugins(planning: &Planning) -> Value {
+    let plugins = planning.plugins.iter();
+    Value::Array(
+        plugins.map(|plugin| json!({"descriptor": PluginKind::of(plugin.kind), "digest": plugin.digest})).collect(),
+    )
+}
+
 pub(super) fn snapshot(planning: &Planning, call: Call) -> Result<String, ApiError> {
     Input::new(parse_body(call.body.as_bytes())?)?.finish()?;
-    let state = state(planning, &call.caller, &call.db, StateForm::Json)?;
-    String::from_utf8(state).map_err(ApiError::internal)
+    json_state(planning, &call.caller, &call.db)
 }
 
 /// Runs a plugin kind's check for another host of the planner. The objects come as
