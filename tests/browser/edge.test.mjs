@@ -4,7 +4,9 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -28,8 +30,11 @@ async function serveEdge(origin) {
   const port = await freePort();
   // A process group of its own: jco runs the server in a child process, and stopping
   // must stop both.
+  // jco transpiles into a temp dir it removes only on a clean exit: one of ours, which
+  // stopping removes.
+  const scratch = await mkdtemp(join(tmpdir(), 'fleet-jco-'));
   const child = spawn(JCO, ['serve', EDGE_WASM, '--port', String(port), '--host', '127.0.0.1'], {
-    env: { ...process.env, FLEET_ORIGIN: origin },
+    env: { ...process.env, FLEET_ORIGIN: origin, TMPDIR: scratch },
     stdio: ['ignore', 'ignore', 'inherit'],
     detached: true,
   });
@@ -48,14 +53,15 @@ async function serveEdge(origin) {
   }
   return {
     base,
-    stop: () => {
+    stop: async () => {
       const exited = new Promise((done) => (child.exitCode !== null ? done() : child.once('exit', done)));
       try {
         process.kill(-child.pid, 'SIGTERM');
       } catch {
         // already gone
       }
-      return exited;
+      await exited;
+      await rm(scratch, { recursive: true, force: true });
     },
   };
 }
