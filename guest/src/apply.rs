@@ -5,9 +5,11 @@
 use serde::Serialize;
 
 use crate::document::{Override, PlanRequest};
+use crate::error::{Error, ErrorCode, Problem};
+use crate::host::{ApprovalGate, Host};
 use crate::plan::Plan;
 use crate::policy::{Level, Verdict};
-use crate::{Caller, Error, ErrorCode, Host};
+use crate::state::Caller;
 
 #[derive(Serialize)]
 struct Applied<'a> {
@@ -58,18 +60,7 @@ pub(crate) fn apply(
         host.invoke(&call.method.to_string(), &call.invoke_input()?)?;
         applied += 1;
     }
-    crate::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")
-}
-
-/// What an apply must have before its calls run (SPEC §17), as the host decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApprovalGate {
-    /// A plan with binding `require_approval` verdicts needs a proposal.
-    Verdicts,
-    /// Every plan with calls needs a proposal (`fleet serve --require-approval`).
-    EveryChange,
-    /// Nothing more: the apply of an approved proposal, or a heal.
-    None,
+    crate::json::writer::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")
 }
 
 /// `APPROVAL_REQUIRED` when the gate holds the plan back.
@@ -141,8 +132,7 @@ fn overridden<'a>(plan: &Plan, overrides: &'a [Override], caller: &Caller) -> Re
 }
 
 fn unknown_policy(policy: &str) -> Error {
-    let problem =
-        crate::Problem { path: "/overrides".to_owned(), message: format!("no policy {policy:?} is in force") };
+    let problem = Problem { path: "/overrides".to_owned(), message: format!("no policy {policy:?} is in force") };
     Error::new(ErrorCode::InvalidArgument, "the request has 1 problem")
         .with_details(serde_json::json!({ "problems": [problem] }))
 }

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::Error;
 use crate::document::{Document, FilledDocument};
+use crate::error::Error;
 use crate::estate::Estate;
 use crate::value::Value;
 
@@ -41,5 +41,5 @@ pub(crate) fn export(estate: &Estate, out: impl std::io::Write) -> Result<(), Er
     let (running, missing): (Vec<usize>, Vec<usize>) = (0..estate.catalog.len()).partition(|&kind| estate.runs(kind));
     let missing = missing.into_iter().map(|kind| estate.kind(kind).section).collect();
     let exported = Exported { document: document.filled(&estate.catalog, running), missing };
-    crate::write_json(out, &exported, "export")
+    crate::json::writer::write_json(out, &exported, "export")
 }

@@ -2,7 +2,7 @@
 //! the JSON writer, the two paths of the canonical JSON behind the plan hash, and the
 //! two readers of a plan request.
 
-use crate::Error;
+use crate::error::Error;
 
 /// The plan hash of `value`, by whichever path the planner takes for it.
 pub fn plan_hash(value: &serde_json::Value) -> Result<String, Error> {

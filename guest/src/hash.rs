@@ -6,10 +6,11 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::error::{Error, ErrorCode};
 use crate::json::canonical::is_exact;
 use crate::json::{escape, writer};
 use crate::kinds::Descriptor;
-use crate::{Caller, Error, ErrorCode};
+use crate::state::Caller;
 
 /// The id of a planned create: `<prefix>_` + the first 16 bytes of
 /// `SHA-256("fleet-id\0" + tenant + "\0" + principal + "\0" + kind + "\0" + key)` in
@@ -71,7 +72,7 @@ impl Serialize for IdempotencyKey {
 }
 
 /// `sha256:` + the hex SHA-256 of the RFC 8785 canonical JSON of `value`, computed by
-/// the host's `sha256` when there is one ([`crate::Host::sha256`]).
+/// the host's `sha256` when there is one ([`crate::host::Host::sha256`]).
 pub(crate) fn plan_hash<T: Serialize>(value: &T, sha256: Option<Box<dyn HostSha256>>) -> Result<String, Error> {
     let digest = match sha256 {
         Some(sha256) => canonical_digest(value, BufWriter::with_capacity(HOST_CHUNK, ToHost(sha256)))?,

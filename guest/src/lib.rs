@@ -16,6 +16,7 @@ pub mod golden;
 pub mod grammar;
 pub mod grants;
 mod hash;
+mod host;
 pub mod json;
 pub mod kinds;
 
@@ -34,62 +35,13 @@ pub use policy::{Level, Policy};
 pub use state::{Binding, Caller, Object, Snapshot};
 pub use value::Value;
 
-pub use apply::ApprovalGate;
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 use estate::Estate;
 pub use hash::{HostSha256, idempotency_key};
+pub use host::{ApprovalGate, Host};
 
 use std::borrow::Cow;
 use std::io::Write;
-
-/// What the planner may ask of the host that runs it: the module adapters of `wit/`.
-pub trait Host {
-    fn caller(&self) -> Caller;
-    /// Everything the planner reads of the caller's tenant, kinds and fields as
-    /// `catalog` has them (the caller aside).
-    fn state(&self, catalog: &Catalog) -> Result<Snapshot, Error>;
-    /// Runs a module method as the caller (apply only). Hosts without composite methods
-    /// answer [`ErrorCode::Unsupported`].
-    fn invoke(&mut self, method: &str, input: &str) -> Result<String, Error>;
-    /// The kinds of the module plugins the host loads: a JSON array of
-    /// [`plugins::PluginKind`]s. None by default.
-    fn plugin_kinds(&self) -> Result<String, Error> {
-        Ok("[]".to_owned())
-    }
-    /// Runs the check of the plugin that serves `kind` on `subjects` (SPEC §10). Only
-    /// called for plugin kinds, so a host without plugins is never asked.
-    fn check(&self, kind: &str, _subjects: Vec<plugins::Subject>) -> Result<Vec<plugins::Finding>, Error> {
-        Err(Error::new(ErrorCode::Internal, format!("this host runs no plugin for the kind {kind}")))
-    }
-    /// Told before each policy runs, and `""` once they are done, so that a host whose
-    /// budget a policy exhausts can name it (SPEC §14). Nothing by default.
-    fn judging(&self, _policy: &str) {}
-    /// What an apply must have before it runs its calls (SPEC §17). By default, plans
-    /// with binding `require_approval` verdicts are refused.
-    fn approval_gate(&self) -> ApprovalGate {
-        ApprovalGate::Verdicts
-    }
-    /// A SHA-256 the host computes faster than the planner can (the CPU's SHA
-    /// instructions, which WebAssembly lacks). None by default: the planner computes its
-    /// digests itself, and they are the same.
-    fn sha256(&self) -> Option<Box<dyn HostSha256>> {
-        None
-    }
-}
-
-impl Host for Snapshot {
-    fn caller(&self) -> Caller {
-        self.caller.clone()
-    }
-
-    fn state(&self, _catalog: &Catalog) -> Result<Snapshot, Error> {
-        Ok(self.clone())
-    }
-
-    fn invoke(&mut self, method: &str, _input: &str) -> Result<String, Error> {
-        Err(Error::new(ErrorCode::Unsupported, format!("this host cannot run {method}: it has no composite methods")))
-    }
-}
 
 /// The kinds this host serves: the built-in ones and its plugins'.
 fn catalog(host: &dyn Host) -> Result<Catalog, Error> {
@@ -137,7 +89,7 @@ pub fn export_to(host: &dyn Host, request: &str, out: impl Write) -> Result<(), 
 /// what `out` was given is no result.
 pub fn plan_to<'r>(host: &dyn Host, request: impl Into<Cow<'r, str>>, out: impl Write) -> Result<(), Error> {
     let (plan, _) = planned(host, request.into(), false)?;
-    write_json(out, &plan, "plan")
+    json::writer::write_json(out, &plan, "plan")
 }
 
 /// [`apply`], its result written to `out` once the calls ran. A request given as a
@@ -154,12 +106,6 @@ fn written(write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> Result<Stri
     let mut out = Vec::new();
     write(&mut out)?;
     String::from_utf8(out).map_err(|_| Error::new(ErrorCode::Internal, "the planner wrote text that is not UTF-8"))
-}
-
-/// Writes `value` as JSON text to `out`, named `what` in the error.
-pub(crate) fn write_json(out: impl Write, value: &impl serde::Serialize, what: &str) -> Result<(), Error> {
-    json::writer::to_writer(out, value)
-        .map_err(|error| Error::new(ErrorCode::Internal, format!("the {what} cannot be written: {error}")))
 }
 
 /// Authenticates, parses and validates a plan or apply request, reads the state once

@@ -260,10 +260,11 @@ pub fn object_json<'v>(kind: &Descriptor, id: &str, value: impl Fn(usize) -> &'v
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn reservations() -> PluginKind {
+    /// A plugin kind of reservations of a pool's vcpus by an owner.
+    pub(crate) fn reservations() -> PluginKind {
         serde_json::from_str(
             r#"{"group": "reservations", "kind": "reservation", "section": "reservations", "idPrefix": "rsv",
                 "removal": "delete", "fields": [
@@ -315,91 +316,6 @@ mod tests {
         ] {
             assert!(error.contains(expected), "{error}");
         }
-    }
-
-    /// A host with the reservations kind whose check refuses more vcpus than the pool's,
-    /// and remembers what it was asked.
-    struct WithPlugin {
-        snapshot: crate::Snapshot,
-        asked: std::cell::RefCell<Vec<Subject>>,
-    }
-
-    impl crate::Host for WithPlugin {
-        fn caller(&self) -> crate::Caller {
-            self.snapshot.caller.clone()
-        }
-
-        fn state(&self, _catalog: &crate::Catalog) -> Result<crate::Snapshot, crate::Error> {
-            Ok(self.snapshot.clone())
-        }
-
-        fn invoke(&mut self, method: &str, _input: &str) -> Result<String, crate::Error> {
-            Err(crate::Error::new(crate::ErrorCode::Unsupported, method))
-        }
-
-        fn plugin_kinds(&self) -> Result<String, crate::Error> {
-            Ok(serde_json::to_string(&[reservations()]).unwrap())
-        }
-
-        fn check(&self, kind: &str, subjects: Vec<Subject>) -> Result<Vec<Finding>, crate::Error> {
-            assert_eq!(kind, "reservation");
-            self.asked.borrow_mut().extend(subjects.iter().cloned());
-            let vcpus = |text: &str| serde_json::from_str::<Json>(text).unwrap()["vcpus"].as_u64().unwrap();
-            Ok(subjects
-                .iter()
-                .enumerate()
-                .filter(|(_, subject)| vcpus(&subject.object) > vcpus(&subject.references[0].1))
-                .map(|(index, _)| Finding { subject: index as u32, path: "/vcpus".into(), message: "too many".into() })
-                .collect())
-        }
-    }
-
-    #[test]
-    fn plugin_kinds_are_planned_after_what_they_reference_and_checked_as_they_will_be() {
-        let mut snapshot =
-            crate::Snapshot::empty(crate::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None });
-        snapshot.modules.push("reservation".into());
-        let host = WithPlugin { snapshot, asked: Default::default() };
-        let document = serde_json::json!({
-            "sites": {"eu": {"region": "eu-1"}},
-            "providerAccounts": {"aws": {"provider": "aws"}},
-            "pools": {"gpu": {"site": "eu", "account": "aws", "class": "gpu", "owner": "ml", "vcpus": 4}},
-            "reservations": {
-                "fits": {"pool": "gpu", "owner": "ml", "vcpus": 4},
-                "greedy": {"pool": "gpu", "owner": "ml", "vcpus": 8},
-                "nowhere": {"pool": "no-such-pool", "owner": "ml"},
-            },
-        });
-        let plan: Json =
-            serde_json::from_str(&crate::plan(&host, &serde_json::json!({"document": document}).to_string()).unwrap())
-                .unwrap();
-        let methods: Vec<&str> =
-            plan["calls"].as_array().unwrap().iter().map(|call| call["method"].as_str().unwrap()).collect();
-        assert_eq!(
-            methods,
-            ["compute.sites.create", "compute.accounts.create", "compute.pools.create", "compute.reservations.create"]
-        );
-        assert_eq!(plan["calls"][3]["idempotencyKey"], "fleet:acme:reservation:fits");
-        let blocked: Vec<(&str, &str)> = plan["blocked"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|blocked| (blocked["key"].as_str().unwrap(), blocked["reason"].as_str().unwrap()))
-            .collect();
-        assert_eq!(blocked[0], ("greedy", "too many"));
-        assert_eq!(plan["blocked"][0]["field"], "vcpus");
-        assert_eq!(blocked[1].0, "nowhere");
-        // Asked about the two it would create, not the one blocked by its reference; the
-        // pool as the plan will make it, with its planned id.
-        let asked = host.asked.borrow();
-        assert_eq!(asked.len(), 2);
-        let pool_id = plan["calls"][2]["input"]["id"].as_str().unwrap();
-        let pool: Json = serde_json::from_str(&asked[0].references[0].1).unwrap();
-        assert_eq!((pool["id"].as_str(), pool["vcpus"].as_u64()), (Some(pool_id), Some(4)));
-        let fits: Json = serde_json::from_str(&asked[0].object).unwrap();
-        assert_eq!(fits["pool"], pool_id);
-        assert_eq!(fits["id"], plan["calls"][3]["input"]["id"]);
-        assert_eq!(asked[0].previous, None);
     }
 
     #[test]

@@ -27,10 +27,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
+use crate::error::{Error, ErrorCode};
 use crate::kinds::{Catalog, Descriptor, FieldType};
 use crate::policy::{Level, Policy};
 use crate::value::{StringMap, Value};
-use crate::{Error, ErrorCode};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -65,7 +65,7 @@ pub struct Binding {
 }
 
 /// Everything the planner reads of a tenant, in one value: what a host reports, or a
-/// fixture of the golden tests (`state.json`). As a [`crate::Host`] it cannot invoke
+/// fixture of the golden tests (`state.json`). As a [`crate::host::Host`] it cannot invoke
 /// methods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {

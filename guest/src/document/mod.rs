@@ -19,9 +19,9 @@ pub use request::{MOVED, PLAN_HASH_FORM, is_plan_hash};
 
 use serde_json::{Map, Value as Json};
 
+use crate::error::{Error, ErrorCode};
 use crate::json::{self, pointer};
 use crate::kinds::Catalog;
-use crate::{Error, ErrorCode};
 use parser::Parser;
 
 /// Parses request text; an empty request (no bytes at all) means `{}`.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Problem;
+use crate::error::{Error, ErrorCode};
 use crate::kinds::Catalog;
 use crate::value::Value;
-use crate::{Error, ErrorCode};
 
 /// A validated FleetConfig: per kind (by its position in the catalogue), objects by key
 /// with every field filled in (defaults for omitted ones), in descriptor order.

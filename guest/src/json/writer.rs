@@ -14,6 +14,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 use serde::ser::{self, Impossible};
 
+use crate::error::{Error, ErrorCode};
+
 use super::canonical::{Canonical, Check, NotCanonical, Plain};
 use super::escape::{push_contents, push_string};
 
@@ -35,6 +37,13 @@ pub(crate) fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Writ
     let mut out = Vec::new();
     to_writer(&mut out, value)?;
     String::from_utf8(out).map_err(|_| WriteError::Message("the JSON written is not UTF-8".to_owned()))
+}
+
+/// Writes `value` as JSON text to `out`; a failure is the planner's `INTERNAL` error
+/// that names `what`.
+pub(crate) fn write_json(out: impl Write, value: &impl Serialize, what: &str) -> Result<(), Error> {
+    to_writer(out, value)
+        .map_err(|error| Error::new(ErrorCode::Internal, format!("the {what} cannot be written: {error}")))
 }
 
 /// Writes `value` to `sink` if it serializes as canonical JSON as it is (every object's

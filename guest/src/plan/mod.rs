@@ -17,8 +17,10 @@ mod rename;
 pub(crate) use output::Plan;
 
 use crate::document::{PlanRequest, Problems};
+use crate::error::Error;
 use crate::estate::{Estate, Renamed};
-use crate::{Error, Host, hash};
+use crate::hash;
+use crate::host::Host;
 use hashed::Hashed;
 use planner::{Planner, Target};
 
@@ -67,7 +69,7 @@ pub(crate) fn plan(
     }
     planner.prune(&mut plan, request.prune);
     plan.summary.blocked = plan.blocked.len();
-    (plan.policy, plan.approval) = crate::policy::judge::judge(estate, request, &plan, host)?;
+    (plan.policy, plan.approval) = crate::policy::judge::judge(estate, request, &plan, &|policy| host.judging(policy))?;
     if let Some(judgement) = &plan.policy {
         plan.summary.denied = Some(judgement.denied());
         plan.summary.warnings = Some(judgement.warnings());
@@ -82,8 +84,9 @@ mod tests {
     use super::*;
     use crate::document::parse_plan;
     use crate::json::writer;
+    use crate::kinds::Catalog;
+    use crate::state::{Caller, Snapshot};
     use crate::value::Value;
-    use crate::{Caller, Catalog, Snapshot};
     use output::Summary;
     use serde_json::json;
 

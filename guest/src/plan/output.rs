@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::ser::SerializeMap as _;
 use serde::{Serialize, Serializer};
 
+use crate::error::{Error, ErrorCode};
 use crate::hash::IdempotencyKey;
 use crate::json::writer;
 use crate::kinds::{Descriptor, FieldType, Method};
@@ -14,7 +15,6 @@ use crate::policy::Judgement;
 use crate::policy::approval::Approval;
 use crate::text;
 use crate::value::Value;
-use crate::{Error, ErrorCode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{Compiled, failure, messages};
 use crate::document::{Proposal, ReviewVerdict};
-use crate::{Host, Policy};
+use crate::policy::Policy;
 
 /// The plan's `approval`, written when the request names a proposal. Not hashed: the
 /// same plan is approved or not as its reviews come in.
@@ -65,13 +65,14 @@ fn said(compiled: &mut Compiled, rule: &str) -> Option<Said> {
 }
 
 /// Judges `proposal` by the policies' rules, each run on `input` (the plan's policy
-/// input, `proposal` among its members), or by the default rule.
+/// input, `proposal` among its members) after its name is given to `judging`, or by
+/// the default rule.
 pub(crate) fn judge(
     policies: &[Policy],
     compiled: &mut [Compiled],
     input: &Rego,
     proposal: &Proposal,
-    host: &dyn Host,
+    judging: &dyn Fn(&str),
 ) -> Approval {
     let mut pending = Vec::new();
     let mut rejections = reviewers_rejections(proposal);
@@ -80,7 +81,7 @@ pub(crate) fn judge(
         if !compiled.defined.contains("approve") && !compiled.defined.contains("reject") {
             continue;
         }
-        host.judging(&policy.name);
+        judging(&policy.name);
         compiled.engine.set_input(input.clone());
         match said(compiled, "approve") {
             None => {}
@@ -110,7 +111,7 @@ pub(crate) fn judge(
             }
         }
     }
-    host.judging("");
+    judging("");
     if !defines_approve {
         return by_default(proposal, pending, rejections);
     }
@@ -153,7 +154,9 @@ pub(crate) fn reviewers_rejections(proposal: &Proposal) -> Vec<Rejection> {
 mod tests {
     use serde_json::{Value, json};
 
-    use crate::{Caller, ErrorCode, Level, Policy, Snapshot};
+    use crate::error::ErrorCode;
+    use crate::policy::{Level, Policy};
+    use crate::state::{Caller, Snapshot};
 
     fn state(policies: &[(&str, Level, &str)]) -> Snapshot {
         let mut state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into(), grants: None });

@@ -7,6 +7,7 @@ use regorus::Value as Rego;
 use rustc_hash::FxHashSet;
 
 use crate::document::PlanRequest;
+use crate::error::Error;
 use crate::estate::Estate;
 use crate::kinds::{Descriptor, FieldType};
 use crate::plan::output::{Action, Change, Plan};
@@ -14,7 +15,6 @@ use crate::policy::approval::{self, Approval};
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
 use crate::state::Object;
 use crate::value::Value;
-use crate::{Error, Host};
 
 /// The judgement of the policies in force on `plan` (none when there are none) and,
 /// when the request names a proposal, its approval (SPEC §17). The verdicts never see
@@ -23,7 +23,7 @@ pub(crate) fn judge(
     estate: &Estate,
     request: &PlanRequest,
     plan: &Plan,
-    host: &dyn Host,
+    judging: &dyn Fn(&str),
 ) -> Result<(Option<Judgement>, Option<Approval>), Error> {
     let proposal = request.proposal.as_deref();
     if estate.policies.is_empty() {
@@ -34,12 +34,12 @@ pub(crate) fn judge(
     let mut compiled = policy::compile_all(&estate.policies)?;
     let reads = compiled.iter().fold(Reads::default(), |reads, compiled: &Compiled| reads.union(compiled.reads));
     let mut input = input(estate, request, plan, reads)?;
-    let judgement = policy::judge(&estate.policies, &mut compiled, &input, host);
+    let judgement = policy::judge(&estate.policies, &mut compiled, &input, judging);
     let Some(proposal) = proposal else { return Ok((Some(judgement), None)) };
     if let Ok(members) = input.as_object_mut() {
         members.insert(Rego::from("proposal"), policy::from_serialize(proposal)?);
     }
-    let approval = approval::judge(&estate.policies, &mut compiled, &input, proposal, host);
+    let approval = approval::judge(&estate.policies, &mut compiled, &input, proposal, judging);
     Ok((Some(judgement), Some(approval)))
 }
 
@@ -289,7 +289,8 @@ enum Field<'a> {
 mod tests {
     use serde_json::json;
 
-    use crate::{Caller, Level, Policy, Snapshot};
+    use crate::policy::{Level, Policy};
+    use crate::state::{Caller, Snapshot};
 
     const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
     const ACCOUNT: &str = "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa";

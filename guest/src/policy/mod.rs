@@ -17,9 +17,9 @@ use regorus::unstable::{BUILTINS, Lexer, TokenKind};
 use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
+use crate::error::{Error, ErrorCode};
 use crate::grammar::is_name;
 use crate::value::Value;
-use crate::{Error, ErrorCode, Host};
 
 pub(crate) mod approval;
 pub(crate) mod judge;
@@ -468,12 +468,13 @@ pub(crate) fn compile_all(policies: &[Policy]) -> Result<Vec<Compiled>, Error> {
         .collect()
 }
 
-/// Runs every policy on `input` (one value, shared), each told to the host before it
-/// runs, and gathers their verdicts. A policy that errors denies, its error the message.
-pub(crate) fn judge(policies: &[Policy], compiled: &mut [Compiled], input: &Rego, host: &dyn Host) -> Judgement {
+/// Runs every policy on `input` (one value, shared), each named to `judging` before it
+/// runs and `""` after the last ([`crate::host::Host::judging`]), and gathers their
+/// verdicts. A policy that errors denies, its error the message.
+pub(crate) fn judge(policies: &[Policy], compiled: &mut [Compiled], input: &Rego, judging: &dyn Fn(&str)) -> Judgement {
     let mut verdicts = Vec::new();
     for (policy, compiled) in policies.iter().zip(compiled.iter_mut()) {
-        host.judging(&policy.name);
+        judging(&policy.name);
         compiled.engine.set_input(input.clone());
         for rule in RuleName::JUDGING {
             if !compiled.defined.contains(rule.as_str()) {
@@ -500,7 +501,7 @@ pub(crate) fn judge(policies: &[Policy], compiled: &mut [Compiled], input: &Rego
             }
         }
     }
-    host.judging("");
+    judging("");
     verdicts.sort();
     verdicts.dedup();
     let in_force = policies.iter().map(|policy| policy.name.clone()).collect();
@@ -631,7 +632,7 @@ mod tests {
     fn judged(source: &str, input: serde_json::Value) -> Judgement {
         let policies = [Policy { name: "p".into(), level: Level::Mandatory, source: source.into() }];
         let mut compiled = compile_all(&policies).unwrap();
-        judge(&policies, &mut compiled, &Rego::from(input), &crate::Snapshot::empty(crate::Caller::default()))
+        judge(&policies, &mut compiled, &Rego::from(input), &|_| {})
     }
 
     #[test]
