@@ -6,9 +6,8 @@
 use regorus::Value as Rego;
 use serde::Serialize;
 
-use super::{Compiled, failure, messages};
+use super::{Compiled, Policy, failure, messages};
 use crate::document::{Proposal, ReviewVerdict};
-use crate::policy::Policy;
 
 /// The plan's `approval`, written when the request names a proposal. Not hashed: the
 /// same plan is approved or not as its reviews come in.
