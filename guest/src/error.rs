@@ -96,6 +96,100 @@ pub struct Problem {
     pub message: String,
 }
 
+/// The most problems an error lists (SPEC §2); `details.more` counts the rest.
+pub const MAX_PROBLEMS: usize = 100;
+
+/// The problems of an invalid request as an error lists them: the first
+/// [`MAX_PROBLEMS`] found, and how many more there were. Keeping no more than that, a
+/// request with a million problems costs what one with a hundred does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems {
+    listed: Vec<Problem>,
+    more: usize,
+    /// How many are listed: [`MAX_PROBLEMS`], or all for a reader inside the planner's
+    /// sandbox, whose list is cut when it is reported.
+    most: usize,
+}
+
+impl Default for Problems {
+    fn default() -> Problems {
+        Problems { listed: Vec::new(), more: 0, most: MAX_PROBLEMS }
+    }
+}
+
+impl Problems {
+    /// A list that keeps every problem.
+    pub fn all() -> Problems {
+        Problems { most: usize::MAX, ..Problems::default() }
+    }
+
+    /// The listed problems (every one, for [`Problems::all`]).
+    pub fn into_listed(self) -> Vec<Problem> {
+        self.listed
+    }
+
+    pub fn push(&mut self, problem: Problem) {
+        if self.listed.len() < self.most {
+            self.listed.push(problem);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// One more problem, made only if it is listed.
+    pub fn push_with(&mut self, problem: impl FnOnce() -> Problem) {
+        if self.listed.len() < self.most {
+            self.listed.push(problem());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// `count` more problems that are not listed (a caller that knows they would not be).
+    pub fn count_more(&mut self, count: usize) {
+        self.more += count;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.listed.is_empty()
+    }
+
+    /// Every problem found, listed or not.
+    pub fn total(&self) -> usize {
+        self.listed.len() + self.more
+    }
+
+    pub fn listed(&self) -> &[Problem] {
+        &self.listed
+    }
+
+    /// The error's one-line message: the problem itself when there is one.
+    pub fn message(&self) -> String {
+        match self.listed.as_slice() {
+            [only] if self.more == 0 && only.path.is_empty() => only.message.clone(),
+            [only] if self.more == 0 => format!("{}: {}", only.path, only.message),
+            _ => format!("the request has {} problems", self.total()),
+        }
+    }
+
+    /// `{"problems": [...], "more"?: N}`.
+    pub fn details(&self) -> Value {
+        let mut details = serde_json::json!({ "problems": self.listed });
+        if self.more > 0 {
+            details["more"] = self.more.into();
+        }
+        details
+    }
+}
+
+impl From<Vec<Problem>> for Problems {
+    fn from(mut listed: Vec<Problem>) -> Problems {
+        let more = listed.len().saturating_sub(MAX_PROBLEMS);
+        listed.truncate(MAX_PROBLEMS);
+        Problems { listed, more, most: MAX_PROBLEMS }
+    }
+}
+
 /// An API error as the planner reports it. `details` is a JSON object or absent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Error {

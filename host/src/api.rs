@@ -1,7 +1,7 @@
 //! The one API error type and the wire error envelope of SPEC §2.
 
 use hyper::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The SPEC §2 error codes: the planner's own type, so that guest, WIT and host share
 /// one list.
@@ -27,6 +27,7 @@ pub struct ApiError {
 
 /// One problem of an invalid request, with the JSON pointer of the offending value.
 pub use fleet_guest::Problem;
+pub use fleet_guest::error::Problems;
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> ApiError {
@@ -43,13 +44,10 @@ impl ApiError {
         self
     }
 
-    pub fn invalid(problems: Vec<Problem>) -> ApiError {
-        let message = match problems.as_slice() {
-            [only] if only.path.is_empty() => only.message.clone(),
-            [only] => format!("{}: {}", only.path, only.message),
-            many => format!("the request has {} problems", many.len()),
-        };
-        ApiError::new(Code::InvalidArgument, message).with_details(json!({ "problems": problems }))
+    /// `INVALID_ARGUMENT` listing the first of `problems` and counting the rest (SPEC §2).
+    pub fn invalid(problems: impl Into<Problems>) -> ApiError {
+        let problems: Problems = problems.into();
+        ApiError::new(Code::InvalidArgument, problems.message()).with_details(problems.details())
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {

@@ -44,6 +44,8 @@ pub struct Config {
     /// not run, and nothing is ever written to the database.
     pub read_only: bool,
     pub body_limit: usize,
+    /// What the requests being served may hold at once: bodies, and reading them.
+    pub request_memory_total: usize,
     /// What one client may hold: timeouts and the connection cap (SPEC §7a).
     pub limits: Limits,
     /// How long a request waits for another process's write lock.
@@ -77,6 +79,8 @@ pub struct Config {
     /// A CA certificate (PEM) webhooks' TLS trusts besides the system's roots.
     pub webhook_ca: Option<PathBuf>,
     pub webhook_schedule: webhooks::Schedule,
+    /// The most webhooks a tenant may have (`serve --webhooks-per-tenant`).
+    pub webhooks_per_tenant: usize,
 }
 
 impl Config {
@@ -87,6 +91,7 @@ impl Config {
             drift_interval: Duration::from_secs(15 * 60),
             read_only: false,
             body_limit: 16 << 20,
+            request_memory_total: crate::http::DEFAULT_REQUEST_MEMORY,
             limits: Limits::default(),
             busy_timeout: db::Options::default().busy_timeout,
             budget: Budget::default(),
@@ -104,6 +109,7 @@ impl Config {
             webhook_reach: webhooks::Reach::default(),
             webhook_ca: None,
             webhook_schedule: webhooks::Schedule::default(),
+            webhooks_per_tenant: webhooks::PER_TENANT,
         }
     }
 }
@@ -159,7 +165,7 @@ impl Core {
             retention: config.retention,
         });
         let (checks, asking) = drift::checks();
-        let registry = registry(&modules, &planning, checks, &policies, &config.webhook_reach);
+        let registry = registry(&modules, &planning, checks, &policies, config);
         let deliverer = Arc::new(webhooks::Deliverer::new(
             db.clone(),
             config.webhook_reach.clone(),
@@ -240,7 +246,7 @@ fn registry(
     planning: &Arc<Planning>,
     checks: drift::Checks,
     policies: &Deployment,
-    reach: &webhooks::Reach,
+    config: &Config,
 ) -> Arc<Registry> {
     let mut registry = Registry::default();
     modules.register(&mut registry);
@@ -248,7 +254,8 @@ fn registry(
     events::register(&mut registry);
     crate::audit::register(&mut registry);
     crate::policies::register(&mut registry, policies);
-    webhooks::register(&mut registry, reach.clone(), &events::TYPES);
+    let reach = config.webhook_reach.clone();
+    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES, &planning.metrics);
     Arc::new(registry)
 }
 
@@ -266,6 +273,7 @@ fn server(config: &Config, core: &Core) -> Server {
     let mut server = Server::new(core.dispatcher.clone(), core.metrics.clone(), exposition, core.wake.clone());
     server.limits = config.limits;
     server.body_limit = config.body_limit;
+    server.memory = crate::http::memory::RequestMemory::new(config.request_memory_total);
     server.console_dir.clone_from(&config.console_dir);
     server
 }

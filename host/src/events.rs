@@ -71,15 +71,26 @@ pub fn register(registry: &mut Registry) {
 pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
     metrics.published(kind);
     let at = db::now();
+    let webhook_id = webhook_id();
     let seq = db.query_one(
-        "INSERT INTO events (tenant, type, at, data) VALUES (?1, ?2, ?3, ?4) RETURNING seq",
-        params![tenant, kind, &at, &data.to_string()],
+        "INSERT INTO events (tenant, type, at, data, webhook_id) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING seq",
+        params![tenant, kind, &at, &data.to_string(), &webhook_id],
         |row| row.get(0),
     )?;
     // Its deliveries to the tenant's webhooks, in the same transaction (SPEC §18).
-    crate::webhooks::enqueue(db, tenant, seq, kind, &at, data)?;
+    let event = crate::webhooks::Event { tenant, seq, webhook_id: &webhook_id, kind, at: &at, data };
+    crate::webhooks::enqueue(metrics, db, &event)?;
     db::notify_events(db)?;
     Ok(seq)
+}
+
+/// An event's `webhook-id` (SPEC §18): `evt_` and 128 random bits, so that no restore of
+/// an older backup and no other deployment sends it with another body.
+fn webhook_id() -> String {
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    fleet_guest::grammar::id_from("evt", &bytes)
 }
 
 /// The tenant's events after `after`, oldest first, at most `limit`.

@@ -10,7 +10,8 @@
 //! - `calls`: the method registry, authentication and authorization, request bodies,
 //!   what a handler sees, and the dispatcher that runs a method;
 //! - `sandbox` (the runtime the planner and plugins share), `store` (module objects and
-//!   the audit trail), `cache`, `db`, `metrics` and `api` (the error).
+//!   the audit trail), `cache`, `db`, `reach` (which addresses the server's own requests
+//!   may reach), `metrics` and `api` (the error).
 //!
 //! `app` is the composition root that builds them. The `fleet` binary (`bin/fleet`)
 //! parses flags, runs the server or the admin commands, and holds the operator client.
@@ -30,6 +31,7 @@ pub mod modules;
 pub mod planner;
 pub mod plugins;
 pub mod policies;
+pub mod reach;
 pub mod sandbox;
 pub mod store;
 #[cfg(test)]

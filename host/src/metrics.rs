@@ -178,6 +178,11 @@ impl Metrics {
         self.webhook_deliveries.with_label_values(&[outcome]).inc();
     }
 
+    /// `count` deliveries that came to `outcome` at once (a `410 Gone` fails them all).
+    pub fn webhook_deliveries(&self, outcome: &str, count: u64) {
+        self.webhook_deliveries.with_label_values(&[outcome]).inc_by(count);
+    }
+
     pub fn published(&self, kind: &str) {
         self.events_published.with_label_values(&[kind]).inc();
     }

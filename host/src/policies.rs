@@ -139,7 +139,7 @@ pub fn register(registry: &mut Registry, deployment: &Deployment) {
     registry.register(
         Method::new("policies", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&put_deployment, ctx, body)))
             .phase("v0.3")
-            .multiline(&["source"])
+            .multiline(&["/source"])
             .summary("Creates or replaces one of the tenant's policies: a Rego module whose deny and warn rules judge every plan (SPEC §14).")
             .schemas(put_input, policy_schema.clone()),
     );

@@ -252,3 +252,57 @@ fn control_characters_are_refused_with_their_path() {
     // Unicode beyond the control characters is fine.
     server.ok(&token, "sites/create", json!({"region": "eu-1", "description": "Labor in Zürich — ünïcödé"}));
 }
+
+/// The resident memory `pid` has held at its peak, in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+}
+
+/// Issue 62 (SPEC §2 amended): an error lists at most 100 problems and counts the rest
+/// in `details.more`, on every method; and the probe's body — 16 MiB of unknown keys,
+/// which made a 73 MB answer and took 2.9 GiB to read — is answered with a small error
+/// and bounded memory, eight at once.
+#[test]
+fn problem_lists_stop_at_a_hundred_and_no_body_shape_exhausts_the_server() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let (_, catalogue) = server.get("/api/methods");
+    let catalogue: Value = serde_json::from_str(&catalogue).unwrap();
+    let keys: Vec<String> = (0..1000).map(|index| format!(r#""k{index}":1"#)).collect();
+    let thousand = format!("{{{}}}", keys.join(","));
+    for method in catalogue["methods"].as_array().unwrap() {
+        let path = method["path"].as_str().unwrap();
+        let (status, body) = server.raw(Some(&token), path, thousand.clone());
+        assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{path}: {body}");
+        let details = &body["error"]["details"];
+        let listed = details["problems"].as_array().unwrap().len();
+        // The thousand unknown keys, and whatever else the method misses.
+        assert_eq!(listed, 100, "{path}: {listed} problems listed");
+        assert!(details["more"].as_u64().unwrap_or(0) >= 900, "{path}: {}", details["more"]);
+    }
+
+    // The probe's body on a read any token may call: a small answer, whatever it is.
+    let mut probe = String::with_capacity(16 << 20);
+    probe.push('{');
+    let mut index = 0;
+    while probe.len() < (16 << 20) - 32 {
+        probe.push_str(&format!(r#""a{index}":1,"#));
+        index += 1;
+    }
+    probe.push_str(r#""last":1}"#);
+    let before = peak_memory(server.pid());
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..8).map(|_| scope.spawn(|| server.raw(Some(&token), "/api/compute/sites/list", probe.clone()))).collect();
+        sent.into_iter().map(|answer| answer.join().unwrap()).collect()
+    });
+    for (status, body) in &answers {
+        assert!(matches!(code(body), "INVALID_ARGUMENT" | "PAYLOAD_TOO_LARGE" | "RESOURCE_EXHAUSTED"), "{status}: {body}");
+        assert!(body.to_string().len() < 64 << 10, "a small answer");
+    }
+    let grown = peak_memory(server.pid()).saturating_sub(before);
+    assert!(grown < 2 << 30, "eight probes grew the server's peak memory by {} MiB", grown >> 20);
+    // It still serves.
+    server.ok(&token, "sites/list", json!({}));
+}

@@ -102,12 +102,17 @@ fn a_proposal_is_reviewed_by_others_and_applied_exactly_as_planned() {
     assert_eq!((status, code(&body)), (403, "PERMISSION_DENIED"), "{body}");
     assert_eq!(server.ok(&team.reader, "proposals/get", json!({"number": 1}))["proposal"]["state"], "open");
 
-    // Applied by someone with fleet admin, exactly its plan; the revision names it.
-    let applied = server.ok(&team.alice, "fleet/apply", json!({"proposal": 1}));
+    // Applied by someone with fleet admin other than its author, exactly its plan: the
+    // creates keep the ids the reviewers saw. The revision names it and its applier.
+    let applied = server.ok(&admin, "fleet/apply", json!({"proposal": 1}));
     assert_eq!(applied["applied"], 3, "{applied}");
     assert_eq!(applied["plan"]["planHash"], proposal["planHash"]);
+    let ids = |plan: &Value| plan["changes"].as_array().unwrap().iter().map(|c| c["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&applied["plan"]), ids(&got["plan"]), "{applied}");
+    assert_eq!(pools(&server, &admin)[0]["id"], got["plan"]["changes"][2]["id"], "{got}");
     let history = server.ok(&team.alice, "fleet/history", json!({}));
     assert_eq!(history["revisions"][0]["proposal"], 1, "{history}");
+    assert_eq!(history["revisions"][0]["appliedBy"], "root", "{history}");
     let revision = server.ok(&team.alice, "fleet/revision", json!({"revision": 1}));
     assert_eq!(revision["document"], estate(8));
     let got = server.ok(&team.reader, "proposals/get", json!({"number": 1}));
@@ -196,6 +201,10 @@ fn rejections_withdrawals_and_bad_input_change_nothing() {
     assert_eq!((status, problem_paths(&body)), (400, vec!["/verdict".to_owned()]), "{body}");
     let (_, body) = server.call(&team.alice, "proposals/create", json!({"title": "x".repeat(201), "extra": 1}));
     assert_eq!(problem_paths(&body), ["/title", "/document", "/extra"], "{body}");
+    // A key twice is refused, not read as its last (SPEC §2): no pruning plan slips in.
+    let twice = format!(r#"{{"document": {}, "prune": false, "prune": true}}"#, estate(8));
+    let (status, body) = server.raw(Some(&team.alice), "/api/compute/proposals/create", twice);
+    assert_eq!((status, problem_paths(&body)), (400, vec!["/prune".to_owned()]), "{body}");
     let (_, body) = server.call(&team.alice, "fleet/apply", json!({"proposal": 1, "document": estate(1)}));
     assert_eq!(problem_paths(&body), ["/document"], "{body}");
     let (_, body) = server.call(&team.alice, "proposals/list", json!({"state": "closed"}));

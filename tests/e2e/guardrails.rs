@@ -282,6 +282,30 @@ fn serve_refuses_a_policy_that_does_not_compile_naming_the_file_and_line() {
 }
 
 #[test]
+fn the_ci_recipe_runs_with_a_deployment_and_a_tenant_policy_in_force() {
+    // docs/guide/cli-and-ci.md: plan --out, policy eval --plan, apply --plan. The saved
+    // plan carries the policies' sources, text with line breaks, and reads them back.
+    let server = Server::start(&["--policy", &format!("mandatory:{}", example("prune-limit"))]);
+    let token = server.tenant_with_token("acme");
+    let source = std::fs::read_to_string(example("protected-pools")).unwrap();
+    server.ok(&token, "policies/put", json!({"name": "protected-pools", "level": "mandatory", "source": source}));
+    let dir = server.dir.path();
+    std::fs::write(dir.join("estate.json"), estate(8, json!({})).to_string()).unwrap();
+    let cli = |args: &[&str]| cli(&server, &token, args);
+
+    for saved in ["plan.json", "plan.yaml"] {
+        let planned = cli(&["plan", "estate.json", "--out", saved]);
+        assert_eq!(planned.status.code(), Some(2), "{planned:?}");
+        let judged = cli(&["policy", "eval", &example("gpus-per-pool"), "--plan", saved]);
+        assert_eq!(judged.status.code(), Some(0), "{saved}: {judged:?}");
+    }
+    let applied = cli(&["apply", "--plan", "plan.json"]);
+    assert_eq!(applied.status.code(), Some(0), "{applied:?}");
+    assert!(String::from_utf8_lossy(&applied.stdout).contains("Applied 3 calls."), "{applied:?}");
+    assert_eq!(pools(&server, &token), 1);
+}
+
+#[test]
 fn policy_eval_judges_a_saved_plan_offline() {
     let server = Server::start(&[]);
     let token = server.tenant_with_token("acme");

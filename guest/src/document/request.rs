@@ -129,8 +129,9 @@ impl Problems {
         self.0.push(Problem { path, message: message.into() });
     }
 
-    /// `Ok` when there is no problem; otherwise the error listing them all, sorted by
-    /// path so that the order never depends on how a JSON object was stored.
+    /// `Ok` when there is no problem; otherwise the error listing the first
+    /// [`crate::error::MAX_PROBLEMS`] by path (so that the list never depends on how a
+    /// JSON object was stored) and counting the rest.
     pub(crate) fn into_result(mut self) -> Result<(), Error> {
         if self.0.is_empty() {
             return Ok(());
@@ -142,7 +143,8 @@ impl Problems {
         } else {
             format!("the request has {count} problems")
         };
-        Err(Error::new(ErrorCode::InvalidArgument, message).with_details(serde_json::json!({ "problems": self.0 })))
+        let listed = crate::error::Problems::from(self.0);
+        Err(Error::new(ErrorCode::InvalidArgument, message).with_details(listed.details()))
     }
 }
 

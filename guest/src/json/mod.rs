@@ -22,7 +22,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
-use crate::error::Problem;
+use crate::error::{Problem, Problems};
 
 /// Parses `text` as one JSON value. Malformed JSON is one problem at the empty path (with
 /// serde_json's line and column); a duplicate key is one problem at the pointer of its
@@ -35,44 +35,74 @@ pub fn parse(text: &str) -> Result<Value, Vec<Problem>> {
         Ok(value)
     });
     match parsed {
-        Ok(value) if context.control.get() => Err(control_characters(&value)),
+        Ok(value) if context.control.get() => Err(control_characters(&value, &[], Problems::all()).into_listed()),
         Ok(value) => Ok(value),
-        Err(error) => Err(vec![match context.duplicate.take() {
-            Some(key) => {
-                let mut trail = context.trail.take();
-                trail.reverse();
-                Problem {
-                    path: pointer(&trail),
-                    message: format!("the key {} appears twice in one object", crate::grammar::quoted(&key)),
-                }
-            }
-            None => Problem { path: String::new(), message: format!("malformed JSON: {error}") },
-        }]),
+        Err(error) => Err(vec![context.problem(error)]),
     }
 }
 
-/// [`parse`], where the top-level members named `multiline` (a policy's Rego `source`)
-/// may also hold line breaks and tabs, as source text does; no other control character.
-pub fn parse_multiline(text: &str, multiline: &[&str]) -> Result<Value, Vec<Problem>> {
-    let Err(problems) = parse(text) else { return parse(text) };
-    let Some(value) = problems
-        .iter()
-        .any(|problem| problem.message.starts_with("contains a control"))
-        .then(|| serde_json::from_str::<Value>(text).ok())
-        .flatten()
-    else {
-        return Err(problems);
-    };
-    let layout =
-        |text: &str| text.chars().all(|character| !character.is_control() || matches!(character, '\n' | '\r' | '\t'));
-    let remaining: Vec<Problem> = problems
-        .into_iter()
-        .filter(|problem| {
-            let allowed = multiline.iter().any(|name| problem.path == pointer(&[name]));
-            !(allowed && value.pointer(&problem.path).and_then(Value::as_str).is_some_and(layout))
-        })
-        .collect();
-    if remaining.is_empty() { Ok(value) } else { Err(remaining) }
+/// How JSON from outside the process is read by [`read`]: the strings at the JSON
+/// pointers `multiline` names (a policy's Rego `source`, `/state/policies/*/source` of a
+/// saved plan; a `*` token matches any member or index) may also hold line breaks and
+/// tabs, as source text does, and no other control character; and the value may take
+/// at most about `budget` bytes of memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading<'a> {
+    pub multiline: &'a [&'a str],
+    pub budget: usize,
+}
+
+impl Reading<'_> {
+    /// No multiline string, and no bound but the text's.
+    pub const STRICT: Reading<'static> = Reading { multiline: &[], budget: usize::MAX };
+
+    /// What reading `length` bytes of JSON may take, for a reader that holds many at
+    /// once: a megabyte, and four bytes for each byte of text. Values held in their
+    /// own allocations (a string, a number) take about what their text does; what a
+    /// body can make costly is many tiny objects and members (`[{},{},...]`, a million
+    /// keys), each an allocation many times its text.
+    pub fn bounded<'a>(multiline: &'a [&'a str], length: usize) -> Reading<'a> {
+        Reading { multiline, budget: (1 << 20) + length.saturating_mul(4) }
+    }
+}
+
+/// Why [`read`] refused a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// What [`parse`] reports, the first [`crate::error::MAX_PROBLEMS`] listed.
+    Invalid(Problems),
+    /// The value would take more memory than the reading's budget (in bytes).
+    TooLarge { budget: usize },
+}
+
+/// [`parse`] as a host reads what comes from outside: within `reading`'s memory
+/// budget, the strings it names allowed line breaks and tabs, and the problems listed
+/// up to [`crate::error::MAX_PROBLEMS`] (the rest counted), so that no text's shape
+/// makes reading it cost more than its budget.
+pub fn read(text: &str, reading: &Reading) -> Result<Value, Refusal> {
+    let context = Context { budget: Some(reading.budget), ..Context::default() };
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = ValueSeed(&context).deserialize(&mut deserializer).and_then(|value| {
+        deserializer.end()?;
+        Ok(value)
+    });
+    match parsed {
+        Ok(value) if context.control.get() => {
+            let problems = control_characters(&value, reading.multiline, Problems::default());
+            if problems.total() == 0 { Ok(value) } else { Err(Refusal::Invalid(problems)) }
+        }
+        Ok(value) => Ok(value),
+        Err(_) if context.too_large.get() => Err(Refusal::TooLarge { budget: reading.budget }),
+        Err(error) => Err(Refusal::Invalid(vec![context.problem(error)].into())),
+    }
+}
+
+/// Whether the path `tokens` is one the JSON pointer `pattern` names, where a `*`
+/// token matches any one token.
+fn pointer_matches(pattern: &str, tokens: &[String]) -> bool {
+    let mut wanted = pattern.split('/').skip(1);
+    tokens.iter().all(|token| wanted.next().is_some_and(|wanted| wanted == "*" || wanted == token))
+        && wanted.next().is_none()
 }
 
 /// Whether `text` holds a character of Unicode category Cc, which SPEC §2 forbids.
@@ -132,9 +162,51 @@ struct Context {
     control: Cell<bool>,
     duplicate: RefCell<Option<String>>,
     trail: RefCell<Vec<String>>,
+    /// The bytes the value may take, if bounded; what it took so far, by estimate; and
+    /// whether it went past them.
+    budget: Option<usize>,
+    spent: Cell<usize>,
+    too_large: Cell<bool>,
 }
 
+/// An estimate of a `Value`'s heap, for a bounded [`read`]: an object's first member
+/// allocates a B-tree leaf of eleven slots; each member takes its slot (key and value,
+/// 56 bytes) in a node about two-thirds full, and its key's text; an array's item its
+/// 32 bytes in a vector that may have doubled.
+const OBJECT_LEAF: usize = 640;
+const MEMBER: usize = 96;
+const ITEM: usize = 64;
+
 impl Context {
+    /// Counts `bytes` more; an error past the budget, which ends the reading.
+    fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let spent = self.spent.get().saturating_add(bytes);
+        self.spent.set(spent);
+        match self.budget {
+            Some(budget) if spent > budget => {
+                self.too_large.set(true);
+                Err(E::custom("the value takes more memory than its reading may"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The one problem of a reading that failed: a duplicate key at its path, or
+    /// malformed JSON.
+    fn problem(&self, error: serde_json::Error) -> Problem {
+        match self.duplicate.take() {
+            Some(key) => {
+                let mut trail = self.trail.take();
+                trail.reverse();
+                Problem {
+                    path: pointer(&trail),
+                    message: format!("the key {} appears twice in one object", crate::grammar::quoted(&key)),
+                }
+            }
+            None => Problem { path: String::new(), message: format!("malformed JSON: {error}") },
+        }
+    }
+
     fn string(&self, text: &str) {
         if has_control(text) {
             self.control.set(true);
@@ -200,12 +272,14 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
     }
 
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
+        self.0.charge(value.len())?;
         self.0.string(value);
         Ok(Value::String(value.to_owned()))
     }
 
-    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
+        self.0.charge(value.len())?;
         self.0.string(&value);
         Ok(Value::String(value))
     }
@@ -218,7 +292,10 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         let mut items = Vec::new();
         loop {
             match access.next_element_seed(self) {
-                Ok(Some(item)) => items.push(item),
+                Ok(Some(item)) => {
+                    self.0.charge(ITEM)?;
+                    items.push(item);
+                }
                 Ok(None) => return Ok(Value::Array(items)),
                 Err(error) => {
                     self.0.unwinding(|| items.len().to_string());
@@ -231,6 +308,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
         let mut map = Map::new();
         while let Some(key) = access.next_key::<String>()? {
+            self.0.charge(MEMBER + key.len() + if map.is_empty() { OBJECT_LEAF } else { 0 })?;
             self.0.string(&key);
             let value = match access.next_value_seed(self) {
                 Ok(value) => value,
@@ -255,18 +333,26 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     }
 }
 
-/// Every string and key of `value` with a control character, as problems.
-fn control_characters(value: &Value) -> Vec<Problem> {
-    fn walk(value: &Value, path: &mut Vec<String>, problems: &mut Vec<Problem>) {
+/// Every string and key of `value` with a control character, as problems (the first
+/// listed), but for strings at the `multiline` pointers that hold only line breaks and
+/// tabs besides their text.
+fn control_characters(value: &Value, multiline: &[&str], mut problems: Problems) -> Problems {
+    fn walk(value: &Value, path: &mut Vec<String>, multiline: &[&str], problems: &mut Problems) {
         match value {
-            Value::String(text) if has_control(text) => problems.push(Problem {
-                path: pointer(path),
-                message: format!("contains a control character ({})", first_control(text)),
-            }),
+            Value::String(text) if has_control(text) => {
+                let layout =
+                    text.chars().all(|character| !character.is_control() || matches!(character, '\n' | '\r' | '\t'));
+                if !(layout && multiline.iter().any(|pattern| pointer_matches(pattern, path))) {
+                    problems.push_with(|| Problem {
+                        path: pointer(path),
+                        message: format!("contains a control character ({})", first_control(text)),
+                    });
+                }
+            }
             Value::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
                     path.push(index.to_string());
-                    walk(item, path, problems);
+                    walk(item, path, multiline, problems);
                     path.pop();
                 }
             }
@@ -274,20 +360,19 @@ fn control_characters(value: &Value) -> Vec<Problem> {
                 for (key, item) in map {
                     path.push(key.clone());
                     if has_control(key) {
-                        problems.push(Problem {
+                        problems.push_with(|| Problem {
                             path: pointer(path),
                             message: format!("the key contains a control character ({})", first_control(key)),
                         });
                     }
-                    walk(item, path, problems);
+                    walk(item, path, multiline, problems);
                     path.pop();
                 }
             }
             _ => {}
         }
     }
-    let mut problems = Vec::new();
-    walk(value, &mut Vec::new(), &mut problems);
+    walk(value, &mut Vec::new(), multiline, &mut problems);
     problems
 }
 
@@ -306,6 +391,49 @@ mod tests {
 
     fn problems(text: &str) -> Vec<(String, String)> {
         parse(text).expect_err("a problem").into_iter().map(|problem| (problem.path, problem.message)).collect()
+    }
+
+    #[test]
+    fn multiline_pointers_allow_line_breaks_there_and_nowhere_else() {
+        let saved = r#"{"state": {"policies": [{"name": "p", "source": "package p\n\tdeny"}]}, "title": "a\nb"}"#;
+        let reading = |multiline| Reading { multiline, budget: usize::MAX };
+        let paths = |refusal| match refusal {
+            Refusal::Invalid(problems) => problems.listed().iter().map(|problem| problem.path.clone()).collect(),
+            Refusal::TooLarge { .. } => vec!["too large".to_owned()],
+        };
+        let refused = read(saved, &reading(&["/state/policies/*/source"])).expect_err("the title");
+        assert_eq!(paths(refused), ["/title"]);
+        let allowed = read(saved, &reading(&["/state/policies/*/source", "/title"])).expect("allowed");
+        assert_eq!(allowed["state"]["policies"][0]["source"], "package p\n\tdeny");
+        // Line breaks and tabs only: an escape sequence is refused even there.
+        let escape = r#"{"source": "\u001b[2J"}"#;
+        assert_eq!(paths(read(escape, &reading(&["/source"])).expect_err("refused")), ["/source"]);
+        let tokens = |path: &[&str]| path.iter().map(|token| token.to_string()).collect::<Vec<_>>();
+        assert!(pointer_matches("/state/policies/*/source", &tokens(&["state", "policies", "3", "source"])));
+        assert!(!pointer_matches("/state/policies/*/source", &tokens(&["state", "policies", "0"])));
+        assert!(!pointer_matches("/source", &tokens(&["source", "0"])));
+    }
+
+    #[test]
+    fn a_bounded_reading_lists_a_hundred_problems_and_refuses_a_costly_shape() {
+        // A million control characters: a hundred listed, the rest counted.
+        let strings = vec!["\u{1}"; 1000];
+        let text = serde_json::to_string(&strings).expect("JSON");
+        let Err(Refusal::Invalid(problems)) = read(&text, &Reading::bounded(&[], text.len())) else {
+            panic!("refused")
+        };
+        assert_eq!((problems.listed().len(), problems.total()), (100, 1000));
+        assert_eq!(problems.details()["more"], 900);
+        assert_eq!(problems.message(), "the request has 1000 problems");
+        // Tiny objects, each an allocation many times its text: refused past the budget,
+        // long before the text ends.
+        let objects = format!("[{}{{}}]", r#"{"":0},"#.repeat(200_000));
+        let refused = read(&objects, &Reading::bounded(&[], objects.len())).expect_err("too costly");
+        assert!(matches!(refused, Refusal::TooLarge { .. }), "{refused:?}");
+        // Within the budget, the same value as parse gives.
+        let labels: String = (0..1000).map(|index| format!(r#""k{index}":"v""#)).collect::<Vec<_>>().join(",");
+        let text = format!(r#"{{"labels": {{{labels}}}}}"#);
+        assert_eq!(read(&text, &Reading::bounded(&[], text.len())).expect("read"), parse(&text).expect("parsed"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use fleet_guest::json::{Reading, Refusal};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -170,11 +171,27 @@ pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     parse_body_with(body, &[])
 }
 
-/// [`parse_body`], with top-level `multiline` fields that may hold line breaks and tabs.
+/// [`parse_body`], where the strings at the `multiline` JSON pointers may hold line breaks and tabs.
 pub fn parse_body_with(body: &[u8], multiline: &[&str]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
     let text = std::str::from_utf8(body).map_err(|_| not_utf8())?;
-    fleet_guest::json::parse_multiline(text, multiline).map_err(ApiError::invalid)
+    read_json(text, &Reading::bounded(multiline, text.len()))
+}
+
+/// JSON from outside, read within `reading`'s memory budget: `INVALID_ARGUMENT` with its
+/// first problems, or `PAYLOAD_TOO_LARGE` when its shape would cost more (SPEC §2).
+pub fn read_json(text: &str, reading: &Reading) -> Result<Value, ApiError> {
+    fleet_guest::json::read(text, reading).map_err(|refusal| match refusal {
+        Refusal::Invalid(problems) => ApiError::invalid(problems),
+        Refusal::TooLarge { budget } => ApiError::new(
+            Code::PayloadTooLarge,
+            format!(
+                "the request's JSON would take more than {} MiB of memory to read: it is made of too many small \
+                 values for its size",
+                budget >> 20
+            ),
+        ),
+    })
 }

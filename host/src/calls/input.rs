@@ -5,24 +5,75 @@
 use std::collections::BTreeMap;
 
 use fleet_guest::grammar::quoted;
+use serde::de::{self, Deserializer as _, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::api::{ApiError, Problem};
+use crate::api::{ApiError, Problem, Problems};
 
 /// Numbers on the wire are non-negative integers that every JSON parser holds exactly.
 pub use fleet_guest::json::MAX_COUNT;
+
+/// A request object's members, each value left as its text for a reader further on (the
+/// planner reads a document itself): `INVALID_ARGUMENT` when the body is not an object
+/// or names a member twice (SPEC §2), which a map would hide by keeping the last. An
+/// empty body is `{}`.
+pub fn members(body: &str) -> Result<Vec<(String, &RawValue)>, ApiError> {
+    struct Members<'a, 'de>(&'a std::cell::RefCell<Option<String>>, std::marker::PhantomData<&'de ()>);
+    impl<'de> Visitor<'de> for Members<'_, 'de> {
+        type Value = Vec<(String, &'de RawValue)>;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            formatter.write_str("a JSON object")
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+            let mut members: Vec<(String, &'de RawValue)> = Vec::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if members.iter().any(|(seen, _)| *seen == name) {
+                    *self.0.borrow_mut() = Some(name);
+                    return Err(de::Error::custom("a duplicate key"));
+                }
+                members.push((name, map.next_value()?));
+            }
+            Ok(members)
+        }
+    }
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let duplicate = std::cell::RefCell::new(None);
+    let mut deserializer = serde_json::Deserializer::from_str(body);
+    let read = deserializer.deserialize_map(Members(&duplicate, std::marker::PhantomData)).and_then(|members| {
+        deserializer.end()?;
+        Ok(members)
+    });
+    read.map_err(|error| {
+        let problem = match duplicate.take() {
+            Some(name) => Problem {
+                path: pointer(&name),
+                message: format!("the key {} appears twice in one object", quoted(&name)),
+            },
+            None if error.is_data() => {
+                Problem { path: String::new(), message: "the request body must be a JSON object".into() }
+            }
+            None => Problem { path: String::new(), message: format!("malformed JSON: {error}") },
+        };
+        ApiError::invalid(vec![problem])
+    })
+}
 
 /// A request object being read: fields are taken one by one, and what is left at
 /// [`Input::finish`] is reported as unknown.
 pub struct Input {
     fields: Map<String, Value>,
-    problems: Vec<Problem>,
+    problems: Problems,
 }
 
 impl Input {
     pub fn new(body: Value) -> Result<Input, ApiError> {
         match body {
-            Value::Object(fields) => Ok(Input { fields, problems: Vec::new() }),
+            Value::Object(fields) => Ok(Input { fields, problems: Problems::default() }),
             _ => Err(ApiError::invalid(vec![Problem {
                 path: String::new(),
                 message: "the request body must be a JSON object".into(),
@@ -37,7 +88,9 @@ impl Input {
     /// Adds problems found elsewhere (e.g. by rules that read stored state), so that
     /// [`Input::finish`] reports them together with the shape problems.
     pub fn extend(&mut self, problems: impl IntoIterator<Item = Problem>) {
-        self.problems.extend(problems);
+        for problem in problems {
+            self.problems.push(problem);
+        }
     }
 
     pub fn has(&self, field: &str) -> bool {
@@ -117,8 +170,8 @@ impl Input {
                 }
                 _ => {
                     valid = false;
-                    let path = fleet_guest::json::pointer(&[field, &key]);
-                    self.problems.push(Problem { path, message: "must be a string".into() });
+                    let path = || fleet_guest::json::pointer(&[field, &key]);
+                    self.problems.push_with(|| Problem { path: path(), message: "must be a string".into() });
                 }
             }
         }
@@ -144,9 +197,9 @@ impl Input {
     /// Fails with every problem found, unknown fields included.
     pub fn finish(mut self) -> Result<(), ApiError> {
         for field in self.fields.keys() {
-            self.problems.push(Problem { path: pointer(field), message: "is not a known field".into() });
+            self.problems.push_with(|| Problem { path: pointer(field), message: "is not a known field".into() });
         }
-        if self.problems.is_empty() { Ok(()) } else { Err(ApiError::invalid(self.problems)) }
+        if self.problems.total() == 0 { Ok(()) } else { Err(ApiError::invalid(self.problems)) }
     }
 }
 
@@ -191,6 +244,18 @@ mod tests {
     fn paths(error: &ApiError) -> Vec<String> {
         let problems = error.details.as_ref().and_then(|details| details["problems"].as_array()).expect("problems");
         problems.iter().map(|problem| problem["path"].as_str().expect("a path").to_owned()).collect()
+    }
+
+    #[test]
+    fn members_refuse_a_duplicate_key_at_its_pointer() {
+        let read = members(r#"{"document": {"a": 1, "a": 2}, "prune": false}"#).expect("members");
+        let names: Vec<&str> = read.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["document", "prune"], "the document's own keys are the planner's to read");
+        let error = members(r#"{"prune": false, "prune": true}"#).expect_err("a duplicate");
+        assert_eq!(paths(&error), ["/prune"]);
+        assert_eq!(paths(&members("[1]").expect_err("not an object")), [""]);
+        assert_eq!(paths(&members("{").expect_err("malformed")), [""]);
+        assert!(members("").expect("an empty body is {}").is_empty());
     }
 
     #[test]

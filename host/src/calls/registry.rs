@@ -118,7 +118,8 @@ pub struct Method {
     /// JSON Schemas of the request and response, where known.
     pub input: Option<Value>,
     pub output: Option<Value>,
-    /// Top-level string fields that may hold line breaks and tabs (a policy's source).
+    /// JSON pointers (`*` for any token) of string fields that may hold line breaks and
+    /// tabs (a policy's source).
     pub multiline: &'static [&'static str],
     pub run: Run,
     /// What the method answers instead when the client asks for the state it would plan
@@ -189,7 +190,7 @@ impl Method {
         self
     }
 
-    /// Lets the named top-level fields hold line breaks and tabs (source text).
+    /// Lets the string fields at these JSON pointers hold line breaks and tabs (source text).
     pub fn multiline(mut self, fields: &'static [&'static str]) -> Method {
         self.multiline = fields;
         self

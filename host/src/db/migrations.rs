@@ -33,6 +33,7 @@ history!(
     "0014_revisions",
     "0015_proposals",
     "0016_webhooks",
+    "0017_webhook_backlog",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -72,12 +72,13 @@ fn applied(
     // A proposal's apply plans the proposal's own request, pinned to its plan hash.
     let proposed = match how {
         How::Proposal(number) => match proposals::request_to_apply(&db, &caller, methods, number, body) {
-            Ok(request) => Some((number, request)),
+            Ok(to_apply) => Some(to_apply),
             Err(error) => return (Duration::ZERO, db::finish(&db, Err(error))),
         },
         _ => None,
     };
-    let body = proposed.as_ref().map_or(body, |(_, request)| request.as_str());
+    let body = proposed.as_ref().map_or(body, |to_apply| to_apply.request.as_str());
+    let author = proposed.as_ref().map(|to_apply| to_apply.author.clone());
     let heal = match how {
         How::Heal(heal) => Some(heal),
         _ => None,
@@ -100,7 +101,7 @@ fn applied(
         How::Apply => ApprovalGate::Verdicts,
         How::Proposal(_) | How::Heal(_) => ApprovalGate::None,
     };
-    let session = Session::new(caller, db, planning.source()).applying(methods.clone()).gated(gate);
+    let session = Session::new(caller, db, planning.source()).planned_as(author).applying(methods.clone()).gated(gate);
     let (session, result) = planning.sandbox.call(session, Entry::Apply, body);
     let recorded = result.and_then(|output| {
         let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;

@@ -5,6 +5,7 @@
 
 pub mod connection;
 pub mod console;
+pub mod memory;
 mod openapi;
 pub mod sse;
 pub mod tls;
@@ -52,6 +53,8 @@ pub struct Server {
     pub dispatcher: Arc<Dispatcher>,
     pub limits: Limits,
     pub body_limit: usize,
+    /// What requests hold while they are served, against one total.
+    pub memory: Arc<memory::RequestMemory>,
     /// Accepts HTTPS connections, when the server serves HTTPS.
     pub tls: Option<tls::TlsAcceptor>,
     pub metrics: Metrics,
@@ -67,6 +70,10 @@ pub struct Server {
     description: Value,
 }
 
+/// The memory requests may hold at once unless the deployment says otherwise: sixty
+/// bodies of the largest size at once, read.
+pub const DEFAULT_REQUEST_MEMORY: usize = 1 << 30;
+
 impl Server {
     pub fn new(dispatcher: Arc<Dispatcher>, metrics: Metrics, exposition: Exposition, wake: Wake) -> Server {
         let description = openapi(dispatcher.registry());
@@ -74,6 +81,7 @@ impl Server {
             dispatcher,
             limits: Limits::default(),
             body_limit: 16 << 20,
+            memory: memory::RequestMemory::new(DEFAULT_REQUEST_MEMORY),
             tls: None,
             metrics,
             exposition,
@@ -366,11 +374,15 @@ async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut Request
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
     let state = request.headers().get(ACCEPT).and_then(|accept| StateForm::accepted(accept.as_bytes()));
-    let body = read_body(request, server.body_limit, server.limits.body_timeout).await?;
+    let (body, held) = read_body(request, server.body_limit, server.limits.body_timeout, &server.memory).await?;
     let dispatcher = server.dispatcher.clone();
-    let handled = tokio::task::spawn_blocking(move || dispatcher.handle(Some(&authorization), &path, &body, state))
-        .await
-        .map_err(|panic| ApiError::internal(format_args!("handler panicked: {panic}")))?;
+    let handled = tokio::task::spawn_blocking(move || {
+        let handled = dispatcher.handle(Some(&authorization), &path, &body, state);
+        drop((body, held));
+        handled
+    })
+    .await
+    .map_err(|panic| ApiError::internal(format_args!("handler panicked: {panic}")))?;
     if let Some((tenant, principal)) = handled.identity {
         log.tenant = Some(tenant);
         log.principal = Some(principal);
@@ -394,14 +406,21 @@ const MIN_BODY_RATE: u64 = 64 << 10;
 
 /// Reads a body of at most `limit` bytes, of which some must arrive every `pause`, and
 /// all of it within `pause` plus a second per [`MIN_BODY_RATE`] bytes received: a body
-/// trickled in a byte at a time ends there, not never.
-async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) -> Result<Bytes, ApiError> {
+/// trickled in a byte at a time ends there, not never. What it and its reading hold is
+/// held in `memory` as it arrives, and given back when the answer is made.
+async fn read_body(
+    request: Request<Incoming>,
+    limit: usize,
+    pause: Duration,
+    memory: &Arc<memory::RequestMemory>,
+) -> Result<(Bytes, memory::Held), ApiError> {
     let too_large =
         || ApiError::new(Code::PayloadTooLarge, format!("the request body is larger than the limit of {limit} bytes"));
     let declared = request.headers().get(CONTENT_LENGTH).and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
+    let mut held = memory.hold(memory::held_for(declared.unwrap_or(0) as usize))?;
     let started = tokio::time::Instant::now();
     let mut arrived = started;
     let mut body = Limited::new(request.into_body(), limit);
@@ -425,9 +444,10 @@ async fn read_body(request: Request<Incoming>, limit: usize, pause: Duration) ->
             ApiError::new(Code::InvalidArgument, message)
         })?;
         match frame {
-            None => return Ok(Bytes::from(collected)),
+            None => return Ok((Bytes::from(collected), held)),
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
+                    held.grow_to(memory::held_for(collected.len() + data.len()))?;
                     collected.extend_from_slice(data);
                     arrived = tokio::time::Instant::now();
                 }

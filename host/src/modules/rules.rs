@@ -170,7 +170,10 @@ pub(super) fn check_plugin(
         return Ok(());
     }
     Err(ApiError::invalid(
-        findings.into_iter().map(|finding| Problem { path: finding.path, message: finding.message }).collect(),
+        findings
+            .into_iter()
+            .map(|finding| Problem { path: finding.path, message: finding.message })
+            .collect::<Vec<_>>(),
     ))
 }
 

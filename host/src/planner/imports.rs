@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use fleet_guest::json::Reading;
 use fleet_guest::plugins::Subject;
 use fleet_guest::{ApprovalGate, Snapshot};
 use sha2::Digest;
@@ -48,7 +49,8 @@ impl types::Host for Guest {}
 impl state::Host for Guest {
     fn current_caller(&mut self) -> wasmtime::Result<types::Caller> {
         let caller = self.session.caller.for_planner();
-        Ok(types::Caller { tenant: caller.tenant, principal: caller.principal, grants: caller.grants })
+        let principal = self.session.planned_as.clone().unwrap_or(caller.principal);
+        Ok(types::Caller { tenant: caller.tenant, principal, grants: caller.grants })
     }
 
     fn judging(&mut self, policy: String) -> wasmtime::Result<()> {
@@ -134,7 +136,7 @@ impl Guest {
         if input.len() > MAX_INVOKE_INPUT {
             return Err(ApiError::new(Code::InvalidArgument, "the method input is too large"));
         }
-        let input = fleet_guest::json::parse(input).map_err(ApiError::invalid)?;
+        let input = crate::calls::dispatch::read_json(input, &Reading::bounded(&[], input.len()))?;
         method.authorize(&session.caller)?;
         let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
         method.run_in(&ctx, input)

@@ -108,6 +108,10 @@ fn live(slot: &mut Slot) -> &mut Guest {
 /// connection comes back, and the guest's CPU time of the session's calls so far.
 pub struct Session {
     pub caller: Caller,
+    /// The principal the planner plans as, when not the caller: a proposal's author,
+    /// whose principal its creates' ids derive from (SPEC §6.2, §17). Every call is
+    /// still authorized as the caller.
+    pub planned_as: Option<String>,
     pub db: Conn,
     pub source: Source,
     /// What `methods.invoke` needs inside apply's transaction: the methods it may run,
@@ -123,7 +127,20 @@ pub struct Session {
 impl Session {
     /// A session of `caller` on `db`, reading its state from `source`.
     pub fn new(caller: Caller, db: Conn, source: Source) -> Session {
-        Session { caller, db, source, methods: None, gate: ApprovalGate::Verdicts, sandbox: Duration::ZERO }
+        Session {
+            caller,
+            planned_as: None,
+            db,
+            source,
+            methods: None,
+            gate: ApprovalGate::Verdicts,
+            sandbox: Duration::ZERO,
+        }
+    }
+
+    /// The session, planning as `principal` (a proposal's author) for the caller.
+    pub fn planned_as(self, principal: Option<String>) -> Session {
+        Session { planned_as: principal, ..self }
     }
 
     /// The session, its apply held back by `gate`.

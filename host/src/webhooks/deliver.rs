@@ -25,11 +25,11 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsConnector;
 
-use super::address::{Reach, Target};
 use super::sign;
 use crate::api::ApiError;
 use crate::db::{self, Conn, Pool, params};
 use crate::metrics::Metrics;
+use crate::reach::{Reach, Target};
 
 /// How long one attempt may take, connecting and reading the answer included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,8 +42,12 @@ const PER_TENANT: i64 = 2;
 /// How long a claim holds a delivery past an attempt's timeout, so that a replica that
 /// dies mid-attempt lets it go to another then, and only then.
 const CLAIM_MARGIN: Duration = Duration::from_secs(5);
-/// How often the outbox is looked at when no event wakes the deliverer.
+/// The shortest wait between two looks at the outbox while something due is held back
+/// (its tenant has an attempt in flight, or every permit is taken).
 const POLL: Duration = Duration::from_millis(250);
+/// The longest: an outbox with nothing due is looked at again when an event or an
+/// attempt's end wakes the deliverer, when its earliest retry falls due, or after this.
+const IDLE: Duration = Duration::from_secs(30);
 /// The waits before the second, third, … attempt; hourly after the last.
 const BACKOFF: [u64; 6] = [5, 30, 120, 600, 1800, 3600];
 /// How long a delivery is tried.
@@ -149,63 +153,83 @@ impl Deliverer {
         Ok(Deliverer { db, reach, tls, schedule, metrics, permits: Arc::new(Semaphore::new(IN_FLIGHT)) })
     }
 
-    /// Delivers until `shutdown`: `woken` by every event committed here (or, on
-    /// PostgreSQL, by another replica: the event stream's wake), and every [`POLL`] for
-    /// retries that fall due.
+    /// Delivers until `shutdown`. The outbox is looked at when `woken` (an event
+    /// committed here or, on PostgreSQL, by another replica: the event stream's wake),
+    /// when an attempt ends, and when its earliest delivery falls due; between those a
+    /// backlog costs nothing, however long (issue 62).
     pub async fn run(
         self: Arc<Self>,
         mut woken: tokio::sync::broadcast::Receiver<()>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        let ended = Arc::new(tokio::sync::Notify::new());
+        let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = woken.recv() => {}
-                () = tokio::time::sleep(POLL) => {}
+                () = ended.notified() => {}
+                () = tokio::time::sleep(wait) => {}
                 () = &mut shutdown => return,
             }
             let free = self.permits.available_permits();
             if free == 0 {
+                wait = IDLE;
                 continue;
             }
             let deliverer = self.clone();
-            let claimed = match tokio::task::spawn_blocking(move || deliverer.claim(free)).await {
+            let (claimed, next_due) = match tokio::task::spawn_blocking(move || deliverer.claim(free)).await {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "webhook deliveries could not be claimed");
-                    continue;
+                    (Vec::new(), Some(now_ms() + i64::try_from(POLL.as_millis()).unwrap_or(0)))
                 }
                 Err(error) => {
                     tracing::error!(%error, "claiming webhook deliveries panicked");
-                    continue;
+                    (Vec::new(), None)
                 }
             };
+            wait = until_due(next_due, now_ms());
             for delivery in claimed {
                 let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
-                let deliverer = self.clone();
+                let (deliverer, ended) = (self.clone(), ended.clone());
                 tokio::spawn(async move {
                     deliverer.attempt(delivery).await;
                     drop(permit);
+                    ended.notify_one();
                 });
             }
         }
     }
 
     /// Claims up to `most` due deliveries, at most [`PER_TENANT`] of a tenant's and none
-    /// of a tenant with one in flight anywhere.
-    fn claim(&self, most: usize) -> Result<Vec<Claimed>, ApiError> {
+    /// of a tenant with one in flight anywhere; and when the outbox's earliest delivery
+    /// falls due (none when nothing is pending). A claim moves a delivery's due time to
+    /// the claim's end, where another replica may take it if this one died, so that
+    /// the earliest due time is one index read, and a look at an outbox with nothing
+    /// due writes nothing.
+    fn claim(&self, most: usize) -> Result<(Vec<Claimed>, Option<i64>), ApiError> {
         let db = self.db.get()?;
         let now = now_ms();
+        let earliest = |db: &Conn| {
+            db.query_one("SELECT min(next_ms) FROM webhook_deliveries WHERE state = 'pending'", &[], |row| {
+                row.get::<Option<i64>>(0)
+            })
+        };
+        match earliest(&db)? {
+            Some(due) if due <= now => {}
+            later => return Ok((Vec::new(), later)),
+        }
         let until = now + self.schedule.claim();
         let rows = db.query(
-            "UPDATE webhook_deliveries SET claimed_until_ms = ?2, attempts = attempts + 1
+            "UPDATE webhook_deliveries SET claimed_until_ms = ?2, next_ms = ?2, attempts = attempts + 1
              WHERE id IN (
                SELECT id FROM (
                  SELECT d.id, ROW_NUMBER() OVER (PARTITION BY d.tenant ORDER BY d.next_ms, d.id) AS rank
                  FROM webhook_deliveries d
                  WHERE d.state = 'pending' AND d.next_ms <= ?1 AND d.claimed_until_ms <= ?1
-                   AND NOT EXISTS (SELECT 1 FROM webhook_deliveries f
-                                   WHERE f.tenant = d.tenant AND f.state = 'pending' AND f.claimed_until_ms > ?1)
+                   AND d.tenant NOT IN (SELECT f.tenant FROM webhook_deliveries f
+                                        WHERE f.state = 'pending' AND f.claimed_until_ms > ?1)
                ) ranked
                WHERE rank <= ?3 ORDER BY id LIMIT ?4)
              AND state = 'pending' AND claimed_until_ms <= ?1
@@ -237,10 +261,13 @@ impl Deliverer {
                     (delivery.url, delivery.secret) = (url, secret);
                     claimed.push(delivery);
                 }
-                None => fail(&db, delivery.id, &delivery.tenant, &delivery.webhook, "the webhook is gone or disabled")?,
+                None => {
+                    fail(&db, delivery.id, &delivery.tenant, &delivery.webhook, "the webhook is gone or disabled")?;
+                    self.metrics.webhook_attempt("failed");
+                }
             }
         }
-        Ok(claimed)
+        Ok((claimed, earliest(&db)?))
     }
 
     /// One attempt, recorded.
@@ -305,7 +332,8 @@ impl Deliverer {
             match outcome {
                 Outcome::Answered(status) if (200..300).contains(status) => {
                     db.execute(
-                        "UPDATE webhook_deliveries SET state = 'delivered', claimed_until_ms = 0 WHERE id = ?1",
+                        "UPDATE webhook_deliveries SET state = 'delivered', claimed_until_ms = 0
+                         WHERE id = ?1 AND state = 'pending'",
                         params![delivery.id],
                     )?;
                     self.metrics.webhook_attempt("delivered");
@@ -316,24 +344,27 @@ impl Deliverer {
                         "UPDATE webhooks SET enabled = 0, disabled = ?3 WHERE tenant = ?1 AND name = ?2",
                         params![&delivery.tenant, &delivery.webhook, &why],
                     )?;
-                    db.execute(
+                    let failed = db.execute(
                         "UPDATE webhook_deliveries SET state = 'failed', claimed_until_ms = 0
                          WHERE tenant = ?1 AND webhook = ?2 AND state = 'pending'",
                         params![&delivery.tenant, &delivery.webhook],
                     )?;
-                    self.metrics.webhook_attempt("failed");
+                    // This delivery and every other one pending for the webhook.
+                    self.metrics.webhook_deliveries("failed", failed);
                 }
                 _ => {
                     let next = now + self.schedule.backoff(delivery.attempts);
                     if next - delivery.created_ms > self.schedule.scaled(WINDOW) {
                         db.execute(
-                            "UPDATE webhook_deliveries SET state = 'failed', claimed_until_ms = 0 WHERE id = ?1",
+                            "UPDATE webhook_deliveries SET state = 'failed', claimed_until_ms = 0
+                             WHERE id = ?1 AND state = 'pending'",
                             params![delivery.id],
                         )?;
                         self.metrics.webhook_attempt("failed");
                     } else {
                         db.execute(
-                            "UPDATE webhook_deliveries SET next_ms = ?2, claimed_until_ms = 0 WHERE id = ?1",
+                            "UPDATE webhook_deliveries SET next_ms = ?2, claimed_until_ms = 0
+                             WHERE id = ?1 AND state = 'pending'",
                             params![delivery.id, next],
                         )?;
                         self.metrics.webhook_attempt("retried");
@@ -343,6 +374,14 @@ impl Deliverer {
             Ok(())
         })
     }
+}
+
+/// How long the deliverer may sleep when the earliest pending delivery falls due at
+/// `next_due`: until then, but at least [`POLL`] (what is due now is held back) and at
+/// most [`IDLE`].
+fn until_due(next_due: Option<i64>, now: i64) -> Duration {
+    let Some(due) = next_due else { return IDLE };
+    Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).clamp(POLL, IDLE)
 }
 
 /// The delivery's row of attempt `delivery.attempts`.

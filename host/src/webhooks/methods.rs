@@ -8,7 +8,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use fleet_guest::grammar::{NAME_PATTERN, quoted};
 use serde_json::{Value, json};
 
-use super::address::Reach;
 use super::{TEST, insert, sign};
 use crate::api::{ApiError, Problem};
 use crate::audit::{self, FieldChange};
@@ -16,6 +15,8 @@ use crate::calls::context::Ctx;
 use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Method, MethodKind, Registry, handler};
 use crate::db::params;
+use crate::metrics::Metrics;
+use crate::reach::Reach;
 
 /// A webhook as every method but `put` answers it: never its secret.
 fn webhook_schema() -> Value {
@@ -27,32 +28,40 @@ fn webhook_schema() -> Value {
 
 /// The methods, with what the deployment lets webhooks reach and the event types there
 /// are to subscribe to.
-pub fn register(registry: &mut Registry, reach: Reach, types: &'static [&'static str]) {
+pub fn register(
+    registry: &mut Registry,
+    reach: Reach,
+    per_tenant: usize,
+    types: &'static [&'static str],
+    metrics: &Metrics,
+) {
     let name = json!({"type": "string", "pattern": NAME_PATTERN});
     let by_name =
         json!({"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": name}});
     let mut kinds: Vec<&str> = types.to_vec();
     kinds.push("*");
-    // An https URL (or http, when the deployment allows it), with no credentials.
-    let url_pattern = if reach.allow_http {
-        "^https?://[^\\u0000-\\u0020\\u007f-\\u009f@]+$"
-    } else {
-        "^https://[^\\u0000-\\u0020\\u007f-\\u009f@]+$"
-    };
+    // An https URL (or http, when the deployment allows it), with no credentials and a
+    // port, if it names one, from 1 to 65535.
+    const AUTHORITY: &str = "(?:\\[[0-9A-Fa-f:.]+\\]|[^\\u0000-\\u0020\\u007f-\\u009f@:/?#\\[\\]]+)\
+        (?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?\
+        (?:[/?#][^\\u0000-\\u0020\\u007f-\\u009f]*)?$";
+    let url_pattern = if reach.allow_http { format!("^https?://{AUTHORITY}") } else { format!("^https://{AUTHORITY}") };
     let put_input = json!({"type": "object", "additionalProperties": false, "required": ["name", "url", "events"],
         "properties": {
             "name": name,
             "url": {"type": "string", "maxLength": 2048, "pattern": url_pattern},
             "events": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": kinds}},
             "secret": {"type": "string", "pattern": "^whsec_(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
-                "description": "whsec_ and the base64 of 24 to 63 random bytes"}}});
+                "description": "whsec_ and the base64 of 24 to 63 random bytes; without it a webhook put again keeps its secret"},
+            "rotate": {"type": "boolean", "default": false,
+                "description": "Make a new secret for a webhook put again (not with secret)."}}});
     registry.register(
-        Method::new("webhooks", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&reach, types, ctx, body)))
+        Method::new("webhooks", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&reach, per_tenant, types, ctx, body)))
             .phase("v0.4")
-            .summary("Creates or replaces a webhook: its URL, the event types it takes (or [\"*\"]) and its signing secret, answered this once (one is made when none is given).")
+            .summary("Creates or replaces a webhook: its URL, the event types it takes (or [\"*\"]) and its signing secret, answered this once when new (one is made for a new webhook or on rotate; a webhook put again keeps its own).")
             .schemas(
                 put_input,
-                json!({"type": "object", "required": ["webhook", "secret"], "properties": {
+                json!({"type": "object", "required": ["webhook"], "properties": {
                     "webhook": webhook_schema(), "secret": {"type": "string"}}}),
             ),
     );
@@ -78,10 +87,13 @@ pub fn register(registry: &mut Registry, reach: Reach, types: &'static [&'static
             .schemas(by_name.clone(), json!({"type": "object"})),
     );
     registry.register(
-        Method::new("webhooks", "test", MethodKind::Mutation, handler(test))
-            .phase("v0.4")
-            .summary("Delivers a webhook.test event to the webhook now, as any event is delivered.")
-            .schemas(by_name, json!({"type": "object", "properties": {"id": {"type": "string"}}})),
+        Method::new("webhooks", "test", MethodKind::Mutation, {
+            let metrics = metrics.clone();
+            handler(move |ctx: &Ctx, body| test(&metrics, ctx, body))
+        })
+        .phase("v0.4")
+        .summary("Delivers a webhook.test event to the webhook now, as any event is delivered.")
+        .schemas(by_name, json!({"type": "object", "properties": {"id": {"type": "string"}}})),
     );
     let mut deliveries = Page::schema_properties();
     deliveries.insert("name".into(), json!({"type": "string", "pattern": NAME_PATTERN}));
@@ -156,12 +168,16 @@ fn named(body: Value) -> Result<String, ApiError> {
     Ok(name.unwrap_or_default())
 }
 
-fn put(reach: &Reach, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn put(reach: &Reach, per_tenant: usize, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let name = input.name("name", true);
     let url = input.string("url", true);
     let events = input.take_value("events");
     let secret = input.string("secret", false);
+    let rotate = input.boolean("rotate", false).unwrap_or(false);
+    if rotate && secret.is_some() {
+        input.problem("rotate", "give a secret or ask for a new one (rotate), not both");
+    }
     let target = url.as_deref().map(|url| reach.target(url)).transpose().unwrap_or_else(|why| {
         input.problem("url", why);
         None
@@ -181,9 +197,8 @@ fn put(reach: &Reach, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, A
                     }
                 }
             }
-            // `*` takes every event, whatever else is listed.
-            if kinds.contains(&"*") {
-                kinds = vec!["*"];
+            if kinds.contains(&"*") && kinds.len() > 1 {
+                input.problem("events", "[\"*\"] takes every event type: list no other beside it");
             }
             kinds.into_iter().map(str::to_owned).collect::<Vec<_>>()
         }
@@ -210,16 +225,43 @@ fn put(reach: &Reach, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, A
     }
     input.finish()?;
     let (Some(name), Some(url)) = (name, url) else { return Err(ApiError::internal("a checked input lacks a field")) };
-    let secret = secret.unwrap_or_else(sign::new_secret);
     let listed = format!(",{},", events.join(","));
     let previous = stored(ctx, Some(&name))?.into_iter().next();
+    if previous.is_none() {
+        let count: i64 = ctx.db.query_one(
+            "SELECT count(*) FROM webhooks WHERE tenant = ?1",
+            params![&ctx.caller.tenant],
+            |row| row.get(0),
+        )?;
+        if usize::try_from(count).unwrap_or(usize::MAX) >= per_tenant {
+            return Err(ApiError::failed_precondition(format!(
+                "the tenant has {count} webhooks, the most this deployment allows (serve --webhooks-per-tenant); \
+                 delete one, or put this one under the name of one it replaces"
+            )));
+        }
+    }
+    // A webhook put again keeps its secret, so its receivers keep verifying, unless one
+    // is given or a new one asked for; a new secret is answered, this once.
+    let kept = match (&secret, rotate, &previous) {
+        (None, false, Some(_)) => ctx.db.query_opt(
+            "SELECT secret FROM webhooks WHERE tenant = ?1 AND name = ?2",
+            params![&ctx.caller.tenant, &name],
+            |row| row.get::<String>(0),
+        )?,
+        _ => None,
+    };
+    let new_secret = match kept {
+        Some(_) => None,
+        None => Some(secret.unwrap_or_else(sign::new_secret)),
+    };
+    let secret = kept.as_deref().or(new_secret.as_deref()).unwrap_or_default();
     ctx.db.execute(
         "INSERT INTO webhooks (tenant, name, url, events, secret, enabled, disabled, updated_at, updated_by)
          VALUES (?1, ?2, ?3, ?4, ?5, 1, NULL, ?6, ?7)
          ON CONFLICT (tenant, name) DO UPDATE SET url = excluded.url, events = excluded.events,
            secret = excluded.secret, enabled = 1, disabled = NULL, updated_at = excluded.updated_at,
            updated_by = excluded.updated_by",
-        params![&ctx.caller.tenant, &name, &url, &listed, &secret, &crate::db::now(), &ctx.caller.principal],
+        params![&ctx.caller.tenant, &name, &url, &listed, secret, &crate::db::now(), &ctx.caller.principal],
     )?;
     let now = Stored { name, url, events: listed, enabled: true, disabled: None };
     let was = previous
@@ -232,7 +274,11 @@ fn put(reach: &Reach, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, A
         FieldChange { field: "enabled", from: was.as_ref().map(|was| &was.2), to: Some(&is.2) },
     ];
     audit::record(ctx, "compute.webhooks.put", "webhook", &now.name, &changes)?;
-    Ok(json!({"webhook": now.json(), "secret": secret}))
+    let mut answer = json!({"webhook": now.json()});
+    if let Some(secret) = new_secret {
+        answer["secret"] = json!(secret);
+    }
+    Ok(answer)
 }
 
 fn get(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
@@ -263,7 +309,7 @@ fn delete(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
 }
 
 /// A `webhook.test` delivery, made now in the outbox like any event's.
-fn test(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn test(metrics: &Metrics, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let name = named(body)?;
     let webhook = one(ctx, &name)?;
     if !webhook.enabled {
@@ -277,7 +323,7 @@ fn test(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let message = format!("test_{}", data_encoding::HEXLOWER.encode(&random));
     let body = json!({"type": TEST, "timestamp": crate::db::now(),
                       "data": {"webhook": name, "tenant": ctx.caller.tenant, "seq": 0}});
-    insert(ctx.db, &ctx.caller.tenant, &name, &message, TEST, &body.to_string())?;
+    insert(metrics, ctx.db, &ctx.caller.tenant, &name, &message, TEST, &body.to_string())?;
     Ok(json!({"id": message}))
 }
 

@@ -5,46 +5,59 @@
 //! ([`enqueue`], called by `events::publish`), so an event committed is an event that
 //! will be delivered, through restarts and `kill -9`. The [`Deliverer`] of every replica
 //! claims due deliveries in the database (each attempt is one replica's), sends them
-//! (`deliver.rs`), and retries with backoff for 24 hours. `address.rs` keeps deliveries
+//! (`deliver.rs`), and retries with backoff for 24 hours. `crate::reach` keeps deliveries
 //! from reaching inside the deployment's network; `sign.rs` signs; `methods.rs` is
 //! `compute.webhooks.*`.
 
-mod address;
 mod deliver;
 mod methods;
 mod sign;
 
 use serde_json::{Value, json};
 
-pub use address::Reach;
+pub use crate::reach::Reach;
 pub use deliver::{Deliverer, Schedule};
 pub use methods::register;
 
 use crate::api::ApiError;
 use crate::db::{Conn, params};
+use crate::metrics::Metrics;
 
 /// The event `compute.webhooks.test` delivers.
 pub const TEST: &str = "webhook.test";
+/// The most webhooks a tenant may have unless the deployment says otherwise
+/// (`serve --webhooks-per-tenant`): each one's outbox is work for every replica.
+pub const PER_TENANT: usize = 20;
 /// The most deliveries one webhook keeps pending: past it, the oldest fail, so that a
 /// dead endpoint's outbox does not grow without bound.
 pub const MAX_PENDING: i64 = 1000;
 
-/// In the transaction of the tenant's event `seq`: a delivery of it to every enabled
-/// webhook of the tenant that takes `kind`.
-pub fn enqueue(db: &Conn, tenant: &str, seq: i64, kind: &str, at: &str, data: &Value) -> Result<(), ApiError> {
+/// An event as its deliveries carry it.
+pub struct Event<'a> {
+    pub tenant: &'a str,
+    pub seq: i64,
+    /// Its `webhook-id`, stored with it.
+    pub webhook_id: &'a str,
+    pub kind: &'a str,
+    pub at: &'a str,
+    pub data: &'a Value,
+}
+
+/// In the transaction of the tenant's `event`: a delivery of it to every enabled
+/// webhook of the tenant that takes its kind.
+pub fn enqueue(metrics: &Metrics, db: &Conn, event: &Event) -> Result<(), ApiError> {
     let names: Vec<String> = db.query(
         "SELECT name FROM webhooks WHERE tenant = ?1 AND enabled = 1
            AND (events LIKE '%,*,%' OR events LIKE '%,' || ?2 || ',%')",
-        params![tenant, kind],
+        params![event.tenant, event.kind],
         |row| row.get(0),
     )?;
     if names.is_empty() {
         return Ok(());
     }
-    let body = body(kind, at, tenant, seq, data);
-    let message = format!("evt_{seq}");
+    let body = body(event.kind, event.at, event.tenant, event.seq, event.data);
     for name in names {
-        insert(db, tenant, &name, &message, kind, &body)?;
+        insert(metrics, db, event.tenant, &name, event.webhook_id, event.kind, &body)?;
     }
     Ok(())
 }
@@ -60,8 +73,17 @@ fn body(kind: &str, at: &str, tenant: &str, seq: i64, data: &Value) -> String {
     json!({"type": kind, "timestamp": at, "data": data}).to_string()
 }
 
-/// A pending delivery to `webhook`; past [`MAX_PENDING`], its oldest pending one fails.
-fn insert(db: &Conn, tenant: &str, webhook: &str, message: &str, kind: &str, body: &str) -> Result<(), ApiError> {
+/// A pending delivery to `webhook`; past [`MAX_PENDING`], its oldest pending one fails
+/// (counted as a failed delivery).
+fn insert(
+    metrics: &Metrics,
+    db: &Conn,
+    tenant: &str,
+    webhook: &str,
+    message: &str,
+    kind: &str,
+    body: &str,
+) -> Result<(), ApiError> {
     let now = deliver::now_ms();
     db.execute(
         "INSERT INTO webhook_deliveries (tenant, webhook, message, type, body, state, created_ms, next_ms)
@@ -83,6 +105,7 @@ fn insert(db: &Conn, tenant: &str, webhook: &str, message: &str, kind: &str, bod
             let why =
                 format!("dropped: the webhook had {MAX_PENDING} deliveries pending (its endpoint does not take them)");
             deliver::fail(db, oldest, tenant, webhook, &why)?;
+            metrics.webhook_attempt("failed");
         }
     }
     Ok(())

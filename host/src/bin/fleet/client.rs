@@ -182,23 +182,43 @@ pub fn is_yaml_path(path: &Path) -> bool {
     matches!(path.extension().and_then(|extension| extension.to_str()), Some("yaml" | "yml"))
 }
 
-/// Reads a FleetConfig (or a saved plan) as JSON or YAML: by extension, else by content.
+/// Reads a FleetConfig as JSON or YAML: by extension, else by content.
 pub fn read_document(path: &Path) -> Result<Value, CliError> {
+    read_json_or_yaml(path, &[])
+}
+
+/// Reads a plan saved by `fleet plan --out`, whose saved state carries the policies in
+/// force: their sources are text with line breaks.
+pub fn read_saved_plan(path: &Path) -> Result<Value, CliError> {
+    read_json_or_yaml(path, &["/state/policies/*/source"])
+}
+
+/// A JSON or YAML file, read strictly (SPEC §2); the strings at the `multiline` JSON
+/// pointers may hold line breaks and tabs.
+fn read_json_or_yaml(path: &Path, multiline: &[&str]) -> Result<Value, CliError> {
     let text =
         std::fs::read_to_string(path).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
     let looks_like_json = text.trim_start().starts_with('{');
     if is_yaml_path(path) || !looks_like_json {
         serde_yaml_ng::from_str(&text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))
     } else {
-        fleet_guest::json::parse(&text).map_err(|problems| {
-            let problems: Vec<String> = problems
+        let reading = fleet_guest::json::Reading { multiline, budget: usize::MAX };
+        fleet_guest::json::read(&text, &reading).map_err(|refusal| {
+            let fleet_guest::json::Refusal::Invalid(problems) = refusal else {
+                return CliError::Input(format!("{}: too large to read", path.display()));
+            };
+            let mut listed: Vec<String> = problems
+                .listed()
                 .iter()
                 .map(|problem| match problem.path.as_str() {
                     "" => problem.message.clone(),
                     path => format!("{path}: {}", problem.message),
                 })
                 .collect();
-            CliError::Input(format!("{}: {}", path.display(), problems.join("; ")))
+            if problems.total() > listed.len() {
+                listed.push(format!("and {} more", problems.total() - listed.len()));
+            }
+            CliError::Input(format!("{}: {}", path.display(), listed.join("; ")))
         })
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::client::{
     CliError, Client, EXIT_BLOCKED, EXIT_CHANGES, EXIT_OK, is_yaml_path, print_json, printable, read_document,
-    write_document,
+    read_saved_plan, write_document,
 };
 use crate::render::{has, plural, render_plan, render_status, verdict_line};
 
@@ -18,7 +18,7 @@ use crate::render::{has, plural, render_plan, render_status, verdict_line};
 /// planned again offline on the state saved with it, with these policies in force
 /// instead of the server's (each as mandatory). Exit code 3 when they deny it.
 pub fn policy_eval(files: &[PathBuf], saved: &Path, raw: bool) -> Result<u8, CliError> {
-    let saved_plan = read_document(saved)?;
+    let saved_plan = read_saved_plan(saved)?;
     let not_saved =
         |what: &str| CliError::Input(format!("{}: not a plan saved by `fleet plan --out` ({what})", saved.display()));
     let state = saved_plan.get("state").ok_or_else(|| not_saved("no state; save it again with this fleet"))?;
@@ -321,7 +321,7 @@ fn explain_hash_mismatch(error: CliError, given: Option<&str>) -> CliError {
 /// Applies a plan saved by `fleet plan --out`, exactly: if the estate moved since, the
 /// server refuses it, and this says what moved.
 fn apply_saved(client: &Client, file: &Path, extra: &Extra) -> Result<Value, CliError> {
-    let saved = read_document(file)?;
+    let saved = read_saved_plan(file)?;
     let hash = saved["plan"]["planHash"].as_str().ok_or_else(|| {
         CliError::Input(format!("{}: not a plan saved by `fleet plan --out` (no plan.planHash)", file.display()))
     })?;

@@ -331,6 +331,11 @@ struct Serve {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=MAX_BODY_LIMIT))]
     body_limit: u64,
+    /// The memory the requests being served may hold at once, in MiB: their bodies and
+    /// reading them (a request past it is refused with Retry-After).
+    #[arg(long, value_name = "MIB", default_value_t = (fleet::http::DEFAULT_REQUEST_MEMORY >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MEMORY_TOTAL_MIB))]
+    request_memory_total_mib: u64,
     /// How long a request head may take to arrive.
     #[arg(long, default_value = "10s", value_parser = duration(LIMITS.timeout))]
     head_timeout: Duration,
@@ -407,6 +412,10 @@ struct Serve {
     /// A CA certificate (PEM) webhooks' TLS trusts besides the system's roots.
     #[arg(long, value_name = "FILE.pem")]
     webhook_ca: Option<PathBuf>,
+    /// The most webhooks one tenant may have.
+    #[arg(long, value_name = "N", default_value_t = fleet::webhooks::PER_TENANT as u16,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    webhooks_per_tenant: u16,
     /// Scales the webhooks' retry schedule and its 24-hour window (tests shorten them).
     #[arg(long, hide = true, default_value_t = 1.0)]
     webhook_time_scale: f64,
@@ -677,6 +686,18 @@ impl Serve {
         config.drift_interval = self.drift_interval;
         config.read_only = self.read_only;
         config.body_limit = usize::try_from(self.body_limit).context("--body-limit does not fit this machine")?;
+        config.request_memory_total = usize::try_from(self.request_memory_total_mib << 20)
+            .context("--request-memory-total-mib does not fit this machine")?;
+        let largest = fleet::http::memory::held_for(config.body_limit);
+        if largest > config.request_memory_total {
+            bail!(
+                "--request-memory-total-mib {} cannot hold one request of --body-limit {} bytes, which may take {} MiB \
+                 with its reading",
+                self.request_memory_total_mib,
+                self.body_limit,
+                largest.div_ceil(1 << 20)
+            );
+        }
         config.limits.head_timeout = self.head_timeout;
         config.limits.idle_timeout = self.idle_timeout;
         config.limits.body_timeout = self.body_timeout;
@@ -702,9 +723,9 @@ impl Serve {
         config.require_approval = self.require_approval;
         config.retention =
             fleet::fleet::history::Retention { count: self.keep_revisions, max_age: self.revisions_max_age };
-        config.webhook_reach =
-            fleet::webhooks::Reach { allow_http: self.webhook_allow_http, allow: self.webhook_allow };
+        config.webhook_reach = fleet::reach::Reach { allow_http: self.webhook_allow_http, allow: self.webhook_allow };
         config.webhook_ca = self.webhook_ca;
+        config.webhooks_per_tenant = usize::from(self.webhooks_per_tenant);
         if !(self.webhook_time_scale > 0.0 && self.webhook_time_scale <= 1.0) {
             bail!("--webhook-time-scale must be more than 0 and at most 1");
         }

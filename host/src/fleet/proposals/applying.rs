@@ -47,18 +47,26 @@ pub(in crate::fleet) fn named(body: &str) -> Result<Option<i64>, ApiError> {
     Ok(Some(number))
 }
 
-/// Inside the apply's transaction: the planner's request that applies proposal
-/// `number` exactly, pinned to its plan hash, with the overrides the apply gives; or
-/// `FAILED_PRECONDITION` when it is not open and approved. The caller must be allowed
-/// every call of the plan (`PERMISSION_DENIED` otherwise): planned as the caller
-/// without them, the plan would come out blocked, and the proposal would seem stale.
+/// What applies a proposal exactly: the planner's request, pinned to its plan hash,
+/// and the author, as whom it is planned again (its creates keep the ids the reviewers
+/// saw, SPEC §17).
+pub(in crate::fleet) struct ToApply {
+    pub request: String,
+    pub author: String,
+}
+
+/// Inside the apply's transaction: what applies proposal `number` exactly, with the
+/// overrides the apply gives; or `FAILED_PRECONDITION` when it is not open and
+/// approved. The caller must be allowed every call of the plan (`PERMISSION_DENIED`
+/// otherwise): without them the plan would come out blocked, and the proposal would
+/// seem stale.
 pub(in crate::fleet) fn request_to_apply(
     db: &Conn,
     caller: &Caller,
     registry: &Registry,
     number: i64,
     body: &str,
-) -> Result<String, ApiError> {
+) -> Result<ToApply, ApiError> {
     let stored = load(db, &caller.tenant, number)?;
     stored.must_be_open("applied")?;
     if !stored.approved {
@@ -72,11 +80,12 @@ pub(in crate::fleet) fn request_to_apply(
     authorize_calls(&plan, caller, registry)?;
     let overrides = parse_body(body.as_bytes())?.get("overrides").map(Value::to_string);
     let overrides = overrides.map(|overrides| format!(r#","overrides":{overrides}"#)).unwrap_or_default();
-    Ok(format!(
+    let request = format!(
         r#"{{"document":{document},"prune":{},"planHash":{}{overrides}}}"#,
         stored.prune,
         json!(stored.plan_hash)
-    ))
+    );
+    Ok(ToApply { request, author: stored.author })
 }
 
 /// Whether `caller` may run every method the stored plan calls.

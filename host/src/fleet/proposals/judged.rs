@@ -2,17 +2,15 @@
 //! and keeps the plan; `review` records a review and has the planner judge the proposal
 //! again with it. Both run in the tenant's write transaction.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{MAX_COMMENT, MAX_TITLE, Stored, changed_state, load, number_of, publish, reviews};
-use crate::api::{ApiError, Code, Problem};
+use crate::api::{ApiError, Code};
 use crate::audit::{self, FieldChange};
 use crate::calls::context::{Ctx, Via};
-use crate::calls::input::Input;
+use crate::calls::input::{self, Input};
 use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call};
 use crate::db::{self, Tx, params};
@@ -32,12 +30,7 @@ struct CreateRequest<'a> {
 
 impl<'a> CreateRequest<'a> {
     fn read(body: &'a str) -> Result<CreateRequest<'a>, ApiError> {
-        let members: BTreeMap<String, &'a RawValue> = serde_json::from_str(body).map_err(|_| {
-            ApiError::invalid(vec![Problem {
-                path: String::new(),
-                message: "the request body must be a JSON object {\"document\", \"prune\"?, \"title\"?}".into(),
-            }])
-        })?;
+        let members = input::members(body)?;
         let mut request = CreateRequest { document: None, prune: false, title: String::new() };
         let mut rest = serde_json::Map::new();
         for (name, value) in members {

@@ -1,0 +1,11 @@
+-- Issue 62: an outbox with a backlog costs nothing while nothing is due.
+-- A claim passes over the tenants with an attempt in flight; they are found through
+-- this index of the claimed pending deliveries alone, not by reading each tenant's
+-- whole outbox once for every due delivery.
+CREATE INDEX webhook_deliveries_in_flight ON webhook_deliveries (claimed_until_ms, tenant)
+    WHERE state = 'pending';
+
+-- The event's `webhook-id` (SPEC §18): made at random when the event is, stored with
+-- it, so that a restore of an older backup or another deployment never sends an id a
+-- receiver has seen with another body. Events from before have none.
+ALTER TABLE events ADD COLUMN webhook_id TEXT;
