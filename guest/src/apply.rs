@@ -66,9 +66,11 @@ pub(crate) fn apply(
 /// `APPROVAL_REQUIRED` when the gate holds the plan back.
 fn gate(plan: &Plan, gate: ApprovalGate) -> Result<(), Error> {
     let verdicts: Vec<&Verdict> = plan.policy.iter().flat_map(|judgement| judgement.approvals()).collect();
+    let mut details = serde_json::json!({ "verdicts": verdicts });
     let message = match gate {
         ApprovalGate::None => return Ok(()),
         ApprovalGate::EveryChange if !plan.calls.is_empty() => {
+            details["reason"] = "deployment".into();
             "this deployment applies changes only through approved proposals; propose the plan (fleet propose) and have it reviewed; nothing was applied".to_owned()
         }
         _ if verdicts.is_empty() => return Ok(()),
@@ -77,7 +79,7 @@ fn gate(plan: &Plan, gate: ApprovalGate) -> Result<(), Error> {
             verdicts.iter().map(|verdict| verdict.message.as_str()).collect::<Vec<_>>().join("; ")
         ),
     };
-    Err(Error::new(ErrorCode::ApprovalRequired, message).with_details(serde_json::json!({ "verdicts": verdicts })))
+    Err(Error::new(ErrorCode::ApprovalRequired, message).with_details(details))
 }
 
 /// The overrides that let the plan's denials through, or `POLICY_DENIED`: every denial

@@ -201,6 +201,8 @@ fn rejections_withdrawals_and_bad_input_change_nothing() {
     assert_eq!((status, problem_paths(&body)), (400, vec!["/verdict".to_owned()]), "{body}");
     let (_, body) = server.call(&team.alice, "proposals/create", json!({"title": "x".repeat(201), "extra": 1}));
     assert_eq!(problem_paths(&body), ["/title", "/document", "/extra"], "{body}");
+    let (_, body) = server.call(&team.alice, "proposals/create", json!({"document": estate(8), "title": "a\u{1b}[2J"}));
+    assert_eq!(problem_paths(&body), ["/title"], "{body}");
     // A key twice is refused, not read as its last (SPEC §2): no pruning plan slips in.
     let twice = format!(r#"{{"document": {}, "prune": false, "prune": true}}"#, estate(8));
     let (status, body) = server.raw(Some(&team.alice), "/api/compute/proposals/create", twice);
@@ -279,6 +281,7 @@ fn serve_require_approval_gates_every_change_but_not_a_heal_or_a_plan_without_ca
     let team = team(&server);
     let (status, body) = server.call(&team.alice, "fleet/apply", json!({"document": estate(8)}));
     assert_eq!((status, code(&body)), (409, "APPROVAL_REQUIRED"), "{body}");
+    assert_eq!(body["error"]["details"]["reason"], "deployment", "{body}");
     server.ok(&team.alice, "proposals/create", json!({"document": estate(8)}));
     server.ok(&team.bob, "proposals/review", json!({"number": 1, "verdict": "approve"}));
     server.ok(&team.alice, "fleet/apply", json!({"proposal": 1}));

@@ -62,6 +62,13 @@ fn a_backup_taken_during_applies_restores_to_the_same_answers_at_its_revision() 
     let backup = source.dir.path().join("backup.db");
     let said = source.admin(&["backup", backup.to_str().unwrap()]);
     assert!(said.contains("schema version") && said.contains("1 tenant(s)"), "{said}");
+    // The backup is one file: nothing of its making is left beside it.
+    let beside: Vec<String> = std::fs::read_dir(source.dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("backup.db"))
+        .collect();
+    assert_eq!(beside, ["backup.db"]);
     while exports.lock().unwrap().len() < 10 {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -91,6 +98,8 @@ fn a_backup_taken_during_applies_restores_to_the_same_answers_at_its_revision() 
     for (args, expected) in [
         (vec!["restore", notes.to_str().unwrap()], "is not a fleet database"),
         (vec!["restore", backup.to_str().unwrap()], "--replace"),
+        // Not under a running server: what it writes after would be lost.
+        (vec!["restore", backup.to_str().unwrap(), "--replace"], &format!("is open in process {}", restored.pid())),
         (vec!["backup", backup.to_str().unwrap()], "never overwrites"),
     ] {
         let output = Command::new(FLEET).arg("--db").arg(&restored_db).arg("admin").args(&args).output().unwrap();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
+use rustix::process::{Flock, FlockOffsetType, FlockType, fcntl_getlk};
 
 use super::Location;
 
@@ -67,6 +68,13 @@ pub fn restore(file: &Path, db: &Path, replace: bool) -> anyhow::Result<Copied> 
         "{} exists; stop every server on it and restore with --replace to overwrite it",
         target.display()
     );
+    if let Some(pid) = opened_by(&target)? {
+        bail!(
+            "{} is open in process {pid} (a running server?): a server keeps what it read, and what it \
+             writes after the restore would be lost; stop every server on it, then restore",
+            target.display()
+        );
+    }
     let partial = partial(&target);
     if let Err(error) = copy(&from, &partial) {
         let _ = std::fs::remove_file(&partial);
@@ -104,15 +112,41 @@ fn partial(file: &Path) -> PathBuf {
     PathBuf::from(partial)
 }
 
+/// The process that has the SQLite database at `db` open, if another one does: every
+/// connection to a database in WAL mode holds a read lock on the "DMS" byte of its
+/// `-shm` file for as long as it is open (SQLite's unix VFS: byte 128), which a lock
+/// query sees. A database no one opened in WAL mode has no `-shm` file, or one nobody
+/// locks.
+fn opened_by(db: &Path) -> anyhow::Result<Option<i32>> {
+    const DMS: u64 = 128;
+    let mut shm = db.as_os_str().to_owned();
+    shm.push("-shm");
+    let shm = match std::fs::File::open(&shm) {
+        Ok(shm) => shm,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error).with_context(|| format!("{} cannot be opened", Path::new(&shm).display())),
+    };
+    let wanted =
+        Flock { start: DMS, length: 1, pid: None, typ: FlockType::WriteLock, offset_type: FlockOffsetType::Set };
+    let holder = fcntl_getlk(&shm, &wanted).context("the database's lock cannot be queried")?;
+    Ok(holder.map(|lock| lock.pid.map_or(0, |pid| pid.as_raw_nonzero().get())))
+}
+
 /// Copies every page of `from` into a new database at `to`, in one step, waiting out a
-/// writer that holds the lock.
+/// writer that holds the lock. The copy is one file, in rollback-journal mode: nothing
+/// is left beside it (a WAL-mode copy kept `-wal` and `-shm` files); a server that
+/// opens it puts it back in WAL mode.
 fn copy(from: &Connection, to: &Path) -> anyhow::Result<()> {
     let mut into = Connection::open(to).with_context(|| format!("{} cannot be created", to.display()))?;
     let backup = Backup::new(from, &mut into)?;
     let started = Instant::now();
     loop {
         match backup.step(-1)? {
-            StepResult::Done => return Ok(()),
+            StepResult::Done => {
+                drop(backup);
+                into.pragma_update(None, "journal_mode", "DELETE")?;
+                return Ok(());
+            }
             StepResult::More | StepResult::Busy | StepResult::Locked if started.elapsed() < BUSY => {
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -333,9 +333,9 @@ struct Serve {
     body_limit: u64,
     /// The memory the requests being served may hold at once, in MiB: their bodies and
     /// reading them (a request past it is refused with Retry-After).
-    #[arg(long, value_name = "MIB", default_value_t = (fleet::http::DEFAULT_REQUEST_MEMORY >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_MEMORY_TOTAL_MIB))]
-    request_memory_total_mib: u64,
+    #[arg(long, value_name = "MIB", default_value_t = (fleet::http::DEFAULT_REQUEST_MEMORY >> 20) as u32,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_TOTAL_MIB))]
+    request_memory_total_mib: u32,
     /// How long a request head may take to arrive.
     #[arg(long, default_value = "10s", value_parser = duration(LIMITS.timeout))]
     head_timeout: Duration,
@@ -686,8 +686,7 @@ impl Serve {
         config.drift_interval = self.drift_interval;
         config.read_only = self.read_only;
         config.body_limit = usize::try_from(self.body_limit).context("--body-limit does not fit this machine")?;
-        config.request_memory_total = usize::try_from(self.request_memory_total_mib << 20)
-            .context("--request-memory-total-mib does not fit this machine")?;
+        config.request_memory_total = (self.request_memory_total_mib as usize) << 20;
         let largest = fleet::http::memory::held_for(config.body_limit);
         if largest > config.request_memory_total {
             bail!(

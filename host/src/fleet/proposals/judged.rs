@@ -32,16 +32,16 @@ impl<'a> CreateRequest<'a> {
     fn read(body: &'a str) -> Result<CreateRequest<'a>, ApiError> {
         let members = input::members(body)?;
         let mut request = CreateRequest { document: None, prune: false, title: String::new() };
-        let mut rest = serde_json::Map::new();
+        // The members but the document, read together, so that a problem's path names
+        // its member.
+        let mut rest = Vec::new();
         for (name, value) in members {
             match name.as_str() {
                 "document" => request.document = Some(value),
-                _ => {
-                    rest.insert(name, parse_body(value.get().as_bytes())?);
-                }
+                _ => rest.push(format!("{}:{}", json!(name), value.get())),
             }
         }
-        let mut input = Input::new(Value::Object(rest))?;
+        let mut input = Input::new(parse_body(format!("{{{}}}", rest.join(",")).as_bytes())?)?;
         request.prune = input.boolean("prune", false).unwrap_or(false);
         request.title = input.string("title", false).unwrap_or_default();
         if request.title.chars().count() > MAX_TITLE {
