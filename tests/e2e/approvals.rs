@@ -154,6 +154,17 @@ fn a_proposal_whose_estate_moved_is_stale_and_applies_nothing() {
     assert_eq!((status, code(&body)), (409, "FAILED_PRECONDITION"), "{body}");
     assert_eq!(types(&events(&server, &team.alice, "proposal.")).last(), Some(&"proposal.stale"));
     assert_eq!(server.ok(&team.alice, "proposals/list", json!({"state": "stale"}))["proposals"][0]["number"], 1);
+
+    // The command line says so, and what moved.
+    server.ok(&team.alice, "proposals/create", json!({"document": estate(20)}));
+    server.ok(&team.bob, "proposals/review", json!({"number": 2, "verdict": "approve"}));
+    server.ok(&team.alice, "fleet/apply", json!({"document": estate(14)}));
+    let output = crate::cli::fleet(&server, &team.alice, &["apply", "--proposal", "2"]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains("proposal 2 was planned, so it was not applied and is stale now"), "{said}");
+    assert!(said.contains("planned: ~ pool gpu-a: update (gpus 12 -> 20)") && said.contains("now:     ~ pool gpu-a: update (gpus 14 -> 20)"), "{said}");
+    assert!(said.contains("Propose the document again"), "{said}");
 }
 
 #[test]
@@ -197,6 +208,8 @@ fn rejections_withdrawals_and_bad_input_change_nothing() {
         let (status, answer) = server.call(token, method, body);
         assert_eq!((status, code(&answer)), (404, "NOT_FOUND"), "{method}: {answer}");
     }
+    let (status, body) = server.call(&team.bob, "proposals/review", json!({"number": 0, "verdict": "approve"}));
+    assert_eq!((status, problem_paths(&body)), (400, vec!["/number".to_owned()]), "{body}");
     let (status, body) = server.call(&team.bob, "proposals/review", json!({"number": 2, "verdict": "maybe"}));
     assert_eq!((status, problem_paths(&body)), (400, vec!["/verdict".to_owned()]), "{body}");
     let (_, body) = server.call(&team.alice, "proposals/create", json!({"title": "x".repeat(201), "extra": 1}));
@@ -345,7 +358,7 @@ fn a_proposal_may_name_plugin_kinds() {
 
 #[test]
 fn the_command_line_proposes_reviews_and_applies() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--require-approval"]);
     let team = team(&server);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("estate.json");
@@ -355,9 +368,16 @@ fn the_command_line_proposes_reviews_and_applies() {
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         (output.status.code(), text(&output.stdout), text(&output.stderr))
     };
+    // The plan says a direct apply would be refused, and what to do instead.
+    let (status, out, _) = run(&team.alice, &["plan", file.to_str().unwrap()]);
+    assert_eq!(status, Some(2), "{out}");
+    assert!(out.contains("Approval required: this deployment applies changes only through approved proposals"), "{out}");
+    let (_, out, _) = run(&team.alice, &["plan", file.to_str().unwrap(), "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["approvalRequired"], "deployment", "{out}");
     let (status, out, err) = run(&team.alice, &["propose", file.to_str().unwrap(), "--title", "first pools"]);
     assert_eq!(status, Some(0), "{out}{err}");
     assert!(out.contains("+ pool gpu-a"), "{out}");
+    assert!(!out.contains("propose it"), "a proposal is not told to be proposed: {out}");
     assert!(out.contains("Proposal #1 open, not approved: \"first pools\" by alice"), "{out}");
     let (status, out, _) = run(&team.bob, &["review", "1", "approve", "--comment", "fine"]);
     assert_eq!(status, Some(0));
@@ -369,6 +389,9 @@ fn the_command_line_proposes_reviews_and_applies() {
     let (status, out, err) = run(&team.alice, &["apply", "--proposal", "1"]);
     assert_eq!(status, Some(0), "{out}{err}");
     assert!(out.contains("Applied 3 calls."), "{out}");
+    assert!(!out.contains("refuses"), "{out}");
+    let (_, out, _) = run(&team.alice, &["history"]);
+    assert!(out.contains("3 calls, prune off, proposal #1"), "the revision names its proposal: {out}");
     let (status, out, _) = run(&team.reader, &["proposal", "1"]);
     assert_eq!(status, Some(0));
     assert!(out.contains("Proposal #1 applied as revision 1"), "{out}");

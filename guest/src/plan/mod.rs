@@ -75,6 +75,9 @@ pub(crate) fn plan(
         plan.summary.warnings = Some(judgement.warnings());
         plan.summary.approval_required = Some(judgement.approval_required());
     }
+    if host.approval_gate() == crate::host::ApprovalGate::EveryChange && !plan.calls.is_empty() {
+        plan.approval_required = Some("deployment");
+    }
     plan.plan_hash = hash::plan_hash(&Hashed::of(estate, request, &plan), host.sha256())?;
     Ok(plan)
 }

@@ -317,5 +317,10 @@ pub(crate) struct Plan {
     /// With a proposal in the request: whether it is approved (not hashed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) approval: Option<Approval>,
+    /// `"deployment"` when the deployment applies changes only through approved
+    /// proposals (`serve --require-approval`) and the plan has calls: a direct apply is
+    /// `APPROVAL_REQUIRED` (not hashed; the policies' verdicts say theirs in `summary`).
+    #[serde(rename = "approvalRequired", skip_serializing_if = "Option::is_none")]
+    pub(crate) approval_required: Option<&'static str>,
     pub(crate) plan_hash: String,
 }

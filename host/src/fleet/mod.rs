@@ -27,7 +27,7 @@ use crate::db::{self, Conn, Pool};
 use crate::events::Wake;
 use crate::metrics::Metrics;
 use crate::modules::Modules;
-use crate::planner::{Entry, Sandbox, Session, Source};
+use crate::planner::{ApprovalGate, Entry, Sandbox, Session, Source};
 use crate::plugins::Plugins;
 use drift::Checks;
 use schema::{
@@ -71,7 +71,10 @@ impl Planning {
         if let Err(error) = db::begin(&db, db::Tx::Read) {
             return Answer::from(Err(error));
         }
-        let (session, output) = self.sandbox.call(Session::new(caller, db, self.source()), entry, request);
+        // A plan says when the deployment would refuse to apply it directly.
+        let gate = if self.require_approval { ApprovalGate::EveryChange } else { ApprovalGate::Verdicts };
+        let session = Session::new(caller, db, self.source()).gated(gate);
+        let (session, output) = self.sandbox.call(session, entry, request);
         Answer { output: db::finish(&session.db, output), sandbox: session.sandbox }
     }
 

@@ -144,6 +144,8 @@ pub(super) fn plan_schema() -> Value {
                     "rule": {"type": "string", "enum": ["deny", "warn", "require_approval"]}, "kind": {"type": "string"},
                     "key": {"type": "string"}, "message": {"type": "string"}}}}}},
         "approval": approval_schema(),
+        "approvalRequired": {"type": "string", "enum": ["deployment"],
+            "description": "The deployment applies changes only through approved proposals (serve --require-approval): a direct apply of this plan is APPROVAL_REQUIRED."},
         "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}})
 }
 

@@ -12,7 +12,7 @@ use crate::client::{
     CliError, Client, EXIT_BLOCKED, EXIT_CHANGES, EXIT_OK, is_yaml_path, print_json, printable, read_document,
     read_saved_plan, write_document,
 };
-use crate::render::{has, plural, render_plan, render_status, verdict_line};
+use crate::render::{Shown, has, plural, render_plan, render_status, verdict_line};
 
 /// `fleet policy eval`: the verdicts `files` give on a plan saved by `fleet plan --out`,
 /// planned again offline on the state saved with it, with these policies in force
@@ -132,7 +132,7 @@ pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: 
     if raw {
         print_json(&plan)?;
     } else {
-        print!("{}", render_plan(&plan));
+        print!("{}", render_plan(&plan, Shown::Planned));
         if let Some(out) = out {
             println!(
                 "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.",
@@ -227,17 +227,13 @@ pub fn apply(
             apply_document(client, document, prune, None, extra, confirm, &mut shown)?
         }
         // Reviewed already: applied without asking, as a saved plan is.
-        ApplySource::Proposal(number) => {
-            let mut request = json!({ "proposal": number });
-            extra.add_to(&mut request);
-            client.call("fleet/apply", &request)?
-        }
+        ApplySource::Proposal(number) => apply_proposal(client, *number, extra)?,
     };
     if raw {
         print_json(&applied)?;
     } else {
         if !shown {
-            print!("{}", render_plan(&applied["plan"]));
+            print!("{}", render_plan(&applied["plan"], Shown::Applied));
         }
         let style = Style::new().fg_color(Some(AnsiColor::Green.into())).bold();
         let calls = applied["applied"].as_u64().unwrap_or_default() as usize;
@@ -266,7 +262,7 @@ fn apply_document(
         let plan = client.call("fleet/plan", &json!({"document": request["document"], "prune": prune}))?;
         let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
         if has(&plan, "calls") && !has(&plan, "blocked") && (!denied || overridden) {
-            print!("{}", render_plan(&plan));
+            print!("{}", render_plan(&plan, Shown::Planned));
             ask(&plan, &client.server())?;
             *shown = true;
         }
@@ -336,6 +332,26 @@ fn apply_saved(client: &Client, file: &Path, extra: &Extra) -> Result<Value, Cli
                  review the new plan.",
                 file.display(),
                 what_moved(&saved["plan"], &now)
+            )))
+        }
+        other => other,
+    }
+}
+
+/// Applies an approved proposal; if the estate moved since it was planned, says that it
+/// is stale now, what moved, and that a new proposal is needed.
+fn apply_proposal(client: &Client, number: u64, extra: &Extra) -> Result<Value, CliError> {
+    let mut request = json!({ "proposal": number });
+    extra.add_to(&mut request);
+    match client.call("fleet/apply", &request) {
+        Err(CliError::Api { code, .. }) if code == "CONFIG_DRIFT" => {
+            let proposed = client.call("proposals/get", &json!({ "number": number }))?;
+            let prune = proposed["proposal"]["prune"].as_bool().unwrap_or(false);
+            let now = client.call("fleet/plan", &json!({"document": proposed["document"], "prune": prune}))?;
+            Err(CliError::Input(format!(
+                "CONFIG_DRIFT: the estate moved since proposal {number} was planned, so it was not applied and is \
+                 stale now:\n{}Propose the document again (fleet propose) for a review of the plan it makes now.",
+                what_moved(&proposed["plan"], &now)
             )))
         }
         other => other,

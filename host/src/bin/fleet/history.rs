@@ -21,8 +21,9 @@ pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
     }
     for revision in revisions {
         let calls = revision["calls"].as_u64().unwrap_or_default() as usize;
+        let proposal = revision["proposal"].as_u64().map(|number| format!(", proposal #{number}")).unwrap_or_default();
         println!(
-            "{:>6}  {}  {}  by {}, {}, prune {}",
+            "{:>6}  {}  {}  by {}, {}, prune {}{proposal}",
             revision["revision"].as_u64().unwrap_or_default(),
             printable(&revision["appliedAt"]),
             printable(&revision["planHash"]),

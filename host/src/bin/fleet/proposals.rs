@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::client::{CliError, Client, EXIT_OK, print_json, printable};
 use crate::commands::read_fleet_config;
-use crate::render::{plural, render_plan};
+use crate::render::{Shown, plural, render_plan};
 
 /// Proposes a document: prints its plan and the proposal's number.
 pub fn propose(client: &Client, file: &Path, prune: bool, title: Option<&str>, raw: bool) -> Result<u8, CliError> {
@@ -25,7 +25,7 @@ pub fn propose(client: &Client, file: &Path, prune: bool, title: Option<&str>, r
         print_json(&whole)?;
         return Ok(EXIT_OK);
     }
-    print!("{}", render_plan(&whole["plan"]));
+    print!("{}", render_plan(&whole["plan"], Shown::Proposed));
     println!();
     println!("{}", headline(&whole["proposal"]));
     if whole["proposal"]["state"] == "open" {
@@ -63,7 +63,7 @@ pub fn show(client: &Client, number: u64, raw: bool) -> Result<u8, CliError> {
         print_json(&whole)?;
         return Ok(EXIT_OK);
     }
-    print!("{}", render_plan(&whole["plan"]));
+    print!("{}", render_plan(&whole["plan"], Shown::Proposed));
     println!();
     println!("{}", headline(&whole["proposal"]));
     reviews(&whole["proposal"]);

@@ -21,9 +21,20 @@ pub fn style_for(text: &str) -> Style {
     Style::new().fg_color(Some(color.into()))
 }
 
+/// What a plan shown is to the one reading it, which decides what it says to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// A plan to apply: what would refuse it, and how to get past that.
+    Planned,
+    /// A proposal's plan: reviews approve it; its apply gives the overrides.
+    Proposed,
+    /// A plan that was applied: nothing refused it.
+    Applied,
+}
+
 /// A plan for people: changes grouped by kind, field changes, blocked reasons, a
-/// summary line and the plan hash.
-pub fn render_plan(plan: &Value) -> String {
+/// summary line and the plan hash; what would refuse its apply as `shown` says.
+pub fn render_plan(plan: &Value, shown: Shown) -> String {
     let mut out = String::new();
     let changes = plan["changes"].as_array().map(Vec::as_slice).unwrap_or_default();
     let left_alone = plan["leftAlone"].as_array().map(Vec::as_slice).unwrap_or_default();
@@ -34,16 +45,16 @@ pub fn render_plan(plan: &Value) -> String {
     }
     change_lines(&mut out, changes);
     // Blocked entries without a line above (none today) would otherwise go unseen.
-    let shown = |blocked: &&Value| {
+    let listed = |blocked: &&Value| {
         changes.iter().any(|change| change["kind"] == blocked["kind"] && change["key"] == blocked["key"])
     };
     let blocked: Vec<&Value> =
-        plan["blocked"].as_array().into_iter().flatten().filter(|blocked| !shown(blocked)).collect();
+        plan["blocked"].as_array().into_iter().flatten().filter(|blocked| !listed(blocked)).collect();
     for entry in blocked {
         let style = style_for("!");
         out.push_str(&format!("  {style}{}{style:#}\n", blocked_line(entry)));
     }
-    if has(plan, "blocked") {
+    if has(plan, "blocked") && shown != Shown::Applied {
         let style = style_for("!");
         out.push_str(&format!("\n{style}Blocked{style:#}: apply refuses this plan until the ! lines are resolved.\n"));
     }
@@ -56,17 +67,26 @@ pub fn render_plan(plan: &Value) -> String {
         let style = style_for(&line);
         out.push_str(&format!("  {style}{line}{style:#}\n"));
     }
-    if plan["summary"]["denied"].as_u64().unwrap_or_default() > 0 {
-        let style = style_for("!");
-        out.push_str(&format!(
+    let denied = plan["summary"]["denied"].as_u64().unwrap_or_default() > 0;
+    let style = style_for("!");
+    match shown {
+        Shown::Planned if denied => out.push_str(&format!(
             "\n{style}Denied{style:#}: apply refuses this plan; only mandatory policies can be overridden \
              (fleet apply --override POLICY=REASON).\n"
-        ));
+        )),
+        Shown::Proposed if denied => out.push_str(&format!(
+            "\n{style}Denied{style:#}: once approved, its apply needs an override of each mandatory denial \
+             (fleet apply --proposal N --override POLICY=REASON).\n"
+        )),
+        Shown::Applied if denied => out.push_str("\nThe denials above were overridden.\n"),
+        _ => {}
     }
-    if plan["summary"]["approvalRequired"].as_u64().unwrap_or_default() > 0 {
+    if shown == Shown::Planned
+        && let Some(why) = approval_required(plan)
+    {
         let style = style_for("=");
         out.push_str(&format!(
-            "\n{style}Approval required{style:#}: apply refuses this plan directly; propose it \
+            "\n{style}Approval required{style:#}: {why}; apply refuses this plan directly: propose it \
              (fleet propose FILE) and have it reviewed.\n"
         ));
     }
@@ -101,6 +121,18 @@ pub fn render_plan(plan: &Value) -> String {
     }
     out.push_str(&format!("Plan hash: {}\n", printable(&plan["planHash"])));
     out
+}
+
+/// Why a direct apply of `plan` would be `APPROVAL_REQUIRED`, if it would: the
+/// deployment's `--require-approval`, or the policies' `require_approval` verdicts.
+pub fn approval_required(plan: &Value) -> Option<&'static str> {
+    if plan["approvalRequired"] == "deployment" {
+        Some("this deployment applies changes only through approved proposals")
+    } else if plan["summary"]["approvalRequired"].as_u64().unwrap_or_default() > 0 {
+        Some("policies require approval of it")
+    } else {
+        None
+    }
 }
 
 /// Changes grouped under their kind's heading, a line each: the line says it all (an

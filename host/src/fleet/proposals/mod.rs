@@ -224,8 +224,14 @@ fn reviews(db: &Conn, tenant: &str, number: i64) -> Result<Vec<Review>, ApiError
 }
 
 /// A request's `number`, as a row's key.
+/// A proposal's `number`: 1 or more, as its schema says (0 is a bad value, not a
+/// proposal that is not there).
 fn number_of(input: &mut Input) -> i64 {
-    input.count("number", true).map_or(0, |number| i64::try_from(number).unwrap_or(i64::MAX))
+    let number = input.count("number", true);
+    if number == Some(0) {
+        input.problem("number", "must be a proposal's number, 1 or more");
+    }
+    number.map_or(0, |number| i64::try_from(number).unwrap_or(i64::MAX))
 }
 
 // ---- withdraw, and the states' records ---------------------------------------------------
