@@ -76,7 +76,8 @@ pub fn large_document(pools: usize) -> Value {
 }
 
 /// Creates the demo tenant (once), applies the demo estate (once), and returns a new
-/// token with every permission.
+/// token with every permission, revoking the one the last start made: a demo database
+/// started again and again holds one such token, not one for every start.
 pub fn seed(dispatcher: &Dispatcher, modules: &Modules) -> anyhow::Result<String> {
     let db = dispatcher.db().get()?;
     let now = db::now();
@@ -84,6 +85,10 @@ pub fn seed(dispatcher: &Dispatcher, modules: &Modules) -> anyhow::Result<String
         Ok(()) | Err(auth::AdminError::TenantExists(_)) => {}
         Err(error) => return Err(error.into()),
     }
+    db.execute(
+        "UPDATE tokens SET revoked_at = ?3 WHERE tenant = ?1 AND principal = ?2 AND revoked_at IS NULL",
+        crate::db::params![TENANT, PRINCIPAL, &now],
+    )?;
     let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now, None)?;
     let applied: bool = db.query_one(
         "SELECT EXISTS (SELECT 1 FROM fleet_applied WHERE tenant = ?1)",

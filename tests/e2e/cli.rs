@@ -455,6 +455,8 @@ fn duration_and_size_flags_refuse_what_they_cannot_represent() {
         ("--plugin-memory-mib", ["0", "4097", "-1"]),
         ("--body-limit", ["0", "99999999999", "lots"]),
         ("--max-connections", ["0", "-1", "many"]),
+        ("--webhooks-per-tenant", ["0", "65536", "some"]),
+        ("--request-memory-total-mib", ["0", "1048577", "16"]),
     ] {
         for value in values {
             let output = run(&["serve", "--listen", "127.0.0.1:0", &format!("{flag}={value}")]);
@@ -462,6 +464,8 @@ fn duration_and_size_flags_refuse_what_they_cannot_represent() {
             assert!(stderr(&output).contains(flag), "{flag} {value}: {}", stderr(&output));
         }
     }
+    let output = run(&["serve", "--listen", "127.0.0.1:0", "--drift-interval", "31d"]);
+    assert!(stderr(&output).contains("must be at most 30 days"), "{}", stderr(&output));
     // The longest values they do take work.
     let server = Server::start(&["--drift-interval", "30d", "--sandbox-memory-mib", "1024"]);
     server.tenant("acme");
@@ -469,4 +473,28 @@ fn duration_and_size_flags_refuse_what_they_cannot_represent() {
     args.extend(["--expires", "36500d"]);
     let created = server.admin(&args);
     assert!(created.contains("valid until 21"), "{created}");
+}
+
+/// A reader that goes away early (`| head`) ends the output quietly: exit 0, no panic,
+/// no error.
+#[test]
+fn output_to_a_reader_that_left_ends_quietly() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    for args in [&["completions", "bash"][..], &["man"], &["history", "--json"], &["export"]] {
+        let mut child = Command::new(FLEET)
+            .args(args)
+            .env("FLEET_SERVER", &server.base)
+            .env("FLEET_TOKEN", &token)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("fleet runs");
+        // The reading end closes before anything is written: every write is a broken pipe.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
+        assert_eq!(stderr(&output), "", "{args:?}");
+    }
 }

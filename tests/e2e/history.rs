@@ -395,9 +395,18 @@ fn a_server_keeps_the_revisions_it_is_told_and_always_the_applied_one() {
     aging.ok(&token, "fleet/apply", json!({"document": with_gpus(3)}));
     aging.ok(&token, "fleet/apply", json!({"document": with_gpus(4)}));
     assert_eq!(numbers(&revisions(&aging, &token, json!({}))), [4, 3]);
-    // The applied revision stays however old: a self-heal restores it.
+    // The applied revision stays however old: a self-heal restores it. An apply of the
+    // applied document with nothing to do records nothing, so prunes nothing either.
     std::thread::sleep(std::time::Duration::from_millis(2100));
+    let applied_events = || {
+        let events = aging.ok(&token, "events/list", json!({}))["events"].as_array().unwrap().clone();
+        events.iter().filter(|event| event["type"] == "fleet.applied").count()
+    };
+    let before = applied_events();
     let unchanged = aging.ok(&token, "fleet/apply", json!({"document": with_gpus(4)}));
     assert_eq!(unchanged["applied"], 0);
+    assert_eq!(numbers(&revisions(&aging, &token, json!({}))), [4, 3]);
+    assert_eq!(applied_events(), before, "no fleet.applied for an apply that changed nothing");
+    aging.ok(&token, "fleet/apply", json!({"document": with_gpus(5)}));
     assert_eq!(aging.ok(&token, "fleet/history", json!({}))["oldest"], 5);
 }

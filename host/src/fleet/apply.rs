@@ -281,6 +281,16 @@ fn record(
         }
     };
     let (document, prune) = (request.document.get(), request.prune);
+    if proposal.is_none() && applied.applied == 0 && heal_token.is_none() {
+        if let Some(revision) = unchanged(db, &caller.tenant, document, prune)? {
+            // Nothing to record but the check it counts as (decision 0027).
+            db.execute(
+                "UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1",
+                params![&caller.tenant, &db::now()],
+            )?;
+            return Ok(revision);
+        }
+    }
     let overrides = applied.overrides_json();
     let (applied_at, calls) = (db::now(), applied.applied);
     let kept = history::Kept {
@@ -326,6 +336,27 @@ fn record(
         )?;
     }
     Ok(revision)
+}
+
+/// The applied revision, if an apply of `document` with `prune` would record it again:
+/// the same document (as JSON values, whatever its spacing and member order), the same
+/// prune, and no heal asked for then either.
+fn unchanged(db: &Conn, tenant: &str, document: &str, prune: bool) -> Result<Option<i64>, ApiError> {
+    let applied = db.query_opt(
+        "SELECT document, prune, heal_token, revision FROM fleet_applied WHERE tenant = ?1",
+        params![tenant],
+        |row| {
+            Ok((row.get::<String>(0)?, row.get::<bool>(1)?, row.get::<Option<String>>(2)?, row.get::<Option<i64>>(3)?))
+        },
+    )?;
+    let Some((applied, applied_prune, None, Some(revision))) = applied else { return Ok(None) };
+    let same = |left: &str, right: &str| {
+        serde_json::from_str::<Value>(left)
+            .ok()
+            .zip(serde_json::from_str::<Value>(right).ok())
+            .is_some_and(|(a, b)| a == b)
+    };
+    Ok((applied_prune == prune && same(&applied, document)).then_some(revision))
 }
 
 /// The names an apply gives: bindings of the objects it created under names, and the

@@ -125,6 +125,15 @@ enum Outcome {
     Failed(String),
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Answered(status) => write!(formatter, "answered {status}"),
+            Outcome::Failed(error) => formatter.write_str(error),
+        }
+    }
+}
+
 impl Deliverer {
     /// A deliverer that trusts the system's roots, and `ca` if given.
     pub fn new(
@@ -351,6 +360,8 @@ impl Deliverer {
                     )?;
                     // This delivery and every other one pending for the webhook.
                     self.metrics.webhook_deliveries("failed", failed);
+                    tracing::warn!(tenant = %delivery.tenant, webhook = %delivery.webhook, failed,
+                        "webhook disabled: its endpoint answered 410 Gone");
                 }
                 _ => {
                     let next = now + self.schedule.backoff(delivery.attempts);
@@ -361,6 +372,9 @@ impl Deliverer {
                             params![delivery.id],
                         )?;
                         self.metrics.webhook_attempt("failed");
+                        tracing::warn!(tenant = %delivery.tenant, webhook = %delivery.webhook,
+                            event = %delivery.message, attempts = delivery.attempts, outcome = %outcome,
+                            "webhook delivery failed: no attempt was taken within its window");
                     } else {
                         db.execute(
                             "UPDATE webhook_deliveries SET next_ms = ?2, claimed_until_ms = 0
@@ -368,6 +382,9 @@ impl Deliverer {
                             params![delivery.id, next],
                         )?;
                         self.metrics.webhook_attempt("retried");
+                        tracing::info!(tenant = %delivery.tenant, webhook = %delivery.webhook,
+                            event = %delivery.message, attempt = delivery.attempts, outcome = %outcome,
+                            "webhook delivery will be retried");
                     }
                 }
             }

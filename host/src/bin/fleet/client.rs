@@ -233,7 +233,17 @@ pub fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {
 }
 
 pub fn print_json(value: &Value) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(value).map_err(|error| CliError::Input(error.to_string()))?;
+    let mut text = serde_json::to_string_pretty(value).map_err(|error| CliError::Input(error.to_string()))?;
+    text.push('\n');
+    write_stdout(text.as_bytes()).map_err(|error| CliError::Transport(error.to_string()))
+}
+
+/// Writes `bytes` to stdout. A reader that has gone (`fleet history --json | head`) is
+/// no error: the output ends there, quietly, as `print!` ends it.
+pub fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{text}").map_err(|error| CliError::Transport(error.to_string()))
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    }
 }

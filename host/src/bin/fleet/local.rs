@@ -149,7 +149,9 @@ pub fn inspect_plugin(file: &Path) -> Result<()> {
 
 /// `fleet component`: the planner component this binary embeds.
 pub fn write_component(output: &Path) -> Result<()> {
-    std::fs::write(output, fleet::planner::PLANNER).with_context(|| format!("writing {}", output.display()))
+    std::fs::write(output, fleet::planner::PLANNER).with_context(|| format!("writing {}", output.display()))?;
+    eprintln!("Wrote the planner component ({} KiB) to {}.", fleet::planner::PLANNER.len() >> 10, output.display());
+    Ok(())
 }
 
 /// Where compiled components are kept between runs unless `--cache-dir` says otherwise.

@@ -668,11 +668,17 @@ fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
         Command::Plugin(PluginCommand::Inspect { file }) => local::inspect_plugin(&file),
         Command::Policy(PolicyCommand::Test { files }) => local::policy_test(&files),
         Command::Component { output } => local::write_component(&output),
+        // Made whole, then written: a reader that stops early (`| head`) ends it quietly.
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "fleet", &mut std::io::stdout());
-            Ok(())
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "fleet", &mut script);
+            Ok(client::write_stdout(&script)?)
         }
-        Command::Man => manual::write(Cli::command(), &mut std::io::stdout().lock()),
+        Command::Man => {
+            let mut page = Vec::new();
+            manual::write(Cli::command(), &mut page)?;
+            Ok(client::write_stdout(&page)?)
+        }
         // The rest are the client commands (`Command::is_client`), which `main` runs.
         _ => bail!("client commands do not use the database"),
     }
@@ -794,11 +800,26 @@ const MAX_MEMORY_MIB: i64 = 4096;
 /// All calls' memory together: at most 1 TiB.
 const MAX_MEMORY_TOTAL_MIB: i64 = 1 << 20;
 
+/// A duration for a sentence: `30 days`, `1 h`, where humantime writes `30days`.
+fn spaced(duration: Duration) -> String {
+    let written = humantime::format_duration(duration).to_string();
+    let mut spaced = String::with_capacity(written.len() + 4);
+    let mut previous = ' ';
+    for character in written.chars() {
+        if previous.is_ascii_digit() && character.is_alphabetic() {
+            spaced.push(' ');
+        }
+        spaced.push(character);
+        previous = character;
+    }
+    spaced
+}
+
 /// A parser of durations such as `10s` or `15m`, longer than zero and at most `max`.
 fn duration(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
     move |text: &str| match humantime::parse_duration(text) {
         Ok(duration) if duration.is_zero() => Err("must be longer than zero".into()),
-        Ok(duration) if duration > max => Err(format!("must be at most {}", humantime::format_duration(max))),
+        Ok(duration) if duration > max => Err(format!("must be at most {}", spaced(max))),
         Ok(duration) => Ok(duration),
         Err(error) => Err(format!("{error} (a duration such as 30s, 15m or 12h)")),
     }

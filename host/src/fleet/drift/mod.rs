@@ -396,6 +396,11 @@ impl Reconciler {
             match transition(recorded.as_deref(), found.as_deref()) {
                 Some(kind) => {
                     events::publish(&self.planning.metrics, db, &applied.tenant, kind, &data)?;
+                    // An operator reading the log sees what the events say.
+                    match found.as_deref() {
+                        Some(plan_hash) => tracing::info!(tenant = %applied.tenant, %plan_hash, "drift found"),
+                        None => tracing::info!(tenant = %applied.tenant, "converged again"),
+                    }
                     Ok(true)
                 }
                 None => Ok(false),
