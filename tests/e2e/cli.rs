@@ -211,7 +211,11 @@ fn usage_errors_exit_1_and_client_commands_refuse_db() {
         let output = fleet(&server, &token, args);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {}", stderr(&output));
     }
-    assert!(stderr(&fleet(&server, &token, &["status", "--db", "x.db"])).contains("--db is for `serve` and `admin`"));
+    assert!(stderr(&fleet(&server, &token, &["--db", "x.db", "status"])).contains("--db is for `serve` and `admin`"));
+    // Only the commands that take it offer it.
+    assert!(!stdout(&fleet(&server, &token, &["plan", "--help"])).contains("--db"));
+    assert!(stdout(&fleet(&server, &token, &["serve", "--help"])).contains("--db"));
+    assert!(stdout(&fleet(&server, &token, &["admin", "backup", "--help"])).contains("--db"));
     assert_eq!(fleet(&server, &token, &["--help"]).status.code(), Some(0));
     assert_eq!(fleet(&server, &token, &["plan", "--help"]).status.code(), Some(0));
     let missing = fleet(&server, &token, &["plan", "missing.yaml"]);

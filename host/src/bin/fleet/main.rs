@@ -31,9 +31,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "fleet", version, about = "A declarative control plane for compute capacity")]
 struct Cli {
-    /// The database: a SQLite file, or `postgres://user:password@host:5432/name` for
-    /// replicas on one PostgreSQL database.
-    #[arg(long, global = true, env = "FLEET_DB", default_value = "./fleet.db")]
+    /// The database of `serve` and `admin` (also given after them): a SQLite file, or
+    /// `postgres://user:password@host:5432/name` for replicas on one PostgreSQL
+    /// database. The client commands talk to a server instead.
+    #[arg(long, env = "FLEET_DB", default_value = "./fleet.db")]
     db: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -43,13 +44,12 @@ struct Cli {
 enum Command {
     /// Runs the HTTP API and the drift reconciler.
     Serve(Box<Serve>),
-    /// Creates tenants and tokens directly on the database.
-    #[command(subcommand)]
-    Admin(Admin),
-    /// Module plugins (SPEC §10).
+    /// Creates tenants and tokens directly on the database, backs it up and restores it.
+    Admin(AdminArgs),
+    /// Module plugins: third parties' kinds, checked as a server would load them.
     #[command(subcommand)]
     Plugin(PluginCommand),
-    /// Guardrails (SPEC §14): Rego policies, tested offline.
+    /// Guardrails: Rego policies, tested and evaluated offline.
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// Writes the planner component this binary embeds (for other hosts, e.g. jco).
@@ -108,7 +108,7 @@ enum Command {
         /// A plan saved by `fleet plan --out`: apply exactly it, or fail saying what moved.
         #[arg(long, conflicts_with = "proposal")]
         plan: Option<PathBuf>,
-        /// An approved proposal (SPEC §17): apply exactly its plan, or fail saying why.
+        /// An approved proposal: apply exactly its plan, or fail saying why.
         #[arg(long, value_name = "N", conflicts_with_all = ["prune", "plan_hash", "heal"])]
         proposal: Option<u64>,
         /// Apply without asking. Without a terminal, apply refuses unless --yes or --plan.
@@ -126,7 +126,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Proposes a document for review (SPEC §17): prints its plan and the proposal's
+    /// Proposes a document for review: prints its plan and the proposal's
     /// number. Exit code 0, or 1 on an error (a blocked or denied plan is one).
     Propose {
         #[command(flatten)]
@@ -312,6 +312,8 @@ struct ServerArgs {
 
 #[derive(Args)]
 struct Serve {
+    #[command(flatten)]
+    database: Database,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
@@ -385,12 +387,12 @@ struct Serve {
     /// A module plugin to load (a component of wit/module); repeat for more.
     #[arg(long = "plugin", value_name = "FILE.wasm")]
     plugins: Vec<PathBuf>,
-    /// A deployment policy (SPEC §14): a Rego module judging every tenant's plans, at
+    /// A deployment policy: a Rego module judging every tenant's plans, at
     /// a level (advisory, mandatory or enforced), named by the file's stem; repeat for
     /// more.
     #[arg(long = "policy", value_name = "LEVEL:FILE.rego")]
     policies: Vec<String>,
-    /// Apply every plan with calls only through an approved proposal (SPEC §17), not
+    /// Apply every plan with calls only through an approved proposal, not
     /// only those that policies' require_approval rules name.
     #[arg(long)]
     require_approval: bool,
@@ -402,7 +404,7 @@ struct Serve {
     /// removes older ones. The applied revision is always kept.
     #[arg(long, value_name = "DURATION", value_parser = duration(LIMITS.retention))]
     revisions_max_age: Option<Duration>,
-    /// Webhooks may use http:// URLs, not only https:// (SPEC §18).
+    /// Webhooks may use http:// URLs, not only https://.
     #[arg(long)]
     webhook_allow_http: bool,
     /// A network webhooks may reach although it is not public (loopback, private,
@@ -468,6 +470,23 @@ enum LogFormat {
     Json,
 }
 
+/// The database flag of the commands that work on it, after the command's name.
+#[derive(Args)]
+struct Database {
+    /// The database: a SQLite file, or `postgres://user:password@host:5432/name`
+    /// [env: FLEET_DB; default: ./fleet.db].
+    #[arg(long = "db", value_name = "DB", global = true)]
+    db: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    #[command(flatten)]
+    database: Database,
+    #[command(subcommand)]
+    command: Admin,
+}
+
 #[derive(Subcommand)]
 enum Admin {
     #[command(subcommand)]
@@ -494,15 +513,20 @@ enum Admin {
 #[derive(Subcommand)]
 enum TenantCommand {
     /// Creates a tenant.
-    Create { tenant: String },
+    Create {
+        /// Its name (a lowercase letter, then letters, digits and dashes).
+        tenant: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum TokenCommand {
     /// Creates a token and prints it alone on the last line.
     Create {
+        /// The tenant the token acts for (it must exist: `fleet admin tenant create`).
         #[arg(long)]
         tenant: String,
+        /// Who the token is, as audit records and events name it (e.g. alice, ci-bot).
         #[arg(long)]
         principal: String,
         /// A grant `PERMISSION@SCOPE`, e.g. `compute:fleet:admin@compute-fleet`; repeatable.
@@ -514,6 +538,7 @@ enum TokenCommand {
     },
     /// Lists a tenant's tokens: id, principal, grants, created, expires; never the secret.
     List {
+        /// The tenant whose tokens to list.
         #[arg(long)]
         tenant: String,
         /// Print the list as JSON.
@@ -555,9 +580,7 @@ fn main() -> ExitCode {
         }
     };
     let is_client = cli.command.is_client();
-    let db_given =
-        matches.subcommand().is_some_and(|(_, sub)| sub.value_source("db") == Some(ValueSource::CommandLine))
-            || matches.value_source("db") == Some(ValueSource::CommandLine);
+    let db_given = matches.value_source("db") == Some(ValueSource::CommandLine);
     if is_client && db_given {
         eprintln!(
             "error: --db is for `serve` and `admin`; client commands talk to a server (--server or FLEET_SERVER)"
@@ -649,22 +672,28 @@ fn main() -> ExitCode {
 /// The commands that run here rather than against a server, with the log they write.
 fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
     local::logs(matches!(&command, Command::Serve(serve) if serve.log_format == LogFormat::Json));
+    // `fleet serve --db X` as well as `fleet --db X serve`.
+    let (db_path, command) = match command {
+        Command::Serve(serve) => (serve.database.db.clone().unwrap_or(db_path), Command::Serve(serve)),
+        Command::Admin(admin) => (admin.database.db.clone().unwrap_or(db_path), Command::Admin(admin)),
+        command => (db_path, command),
+    };
     match command {
         Command::Serve(serve) => {
             let serve = *serve;
             let (listen, demo) = (serve.listen.clone(), serve.demo);
             local::serve(serve.config(db_path)?, listen, demo)
         }
-        Command::Admin(Admin::Tenant(TenantCommand::Create { tenant })) => local::create_tenant(&db_path, &tenant),
-        Command::Admin(Admin::Token(TokenCommand::Create { tenant, principal, grants, expires })) => {
-            local::create_token(&db_path, &tenant, &principal, &grants, expires)
-        }
-        Command::Admin(Admin::Token(TokenCommand::List { tenant, json })) => {
-            local::list_tokens(&db_path, &tenant, json)
-        }
-        Command::Admin(Admin::Token(TokenCommand::Revoke { id })) => local::revoke_token(&db_path, &id),
-        Command::Admin(Admin::Backup { file }) => local::backup(&db_path, &file),
-        Command::Admin(Admin::Restore { file, replace }) => local::restore(&file, &db_path, replace),
+        Command::Admin(AdminArgs { command, .. }) => match command {
+            Admin::Tenant(TenantCommand::Create { tenant }) => local::create_tenant(&db_path, &tenant),
+            Admin::Token(TokenCommand::Create { tenant, principal, grants, expires }) => {
+                local::create_token(&db_path, &tenant, &principal, &grants, expires)
+            }
+            Admin::Token(TokenCommand::List { tenant, json }) => local::list_tokens(&db_path, &tenant, json),
+            Admin::Token(TokenCommand::Revoke { id }) => local::revoke_token(&db_path, &id),
+            Admin::Backup { file } => local::backup(&db_path, &file),
+            Admin::Restore { file, replace } => local::restore(&file, &db_path, replace),
+        },
         Command::Plugin(PluginCommand::Inspect { file }) => local::inspect_plugin(&file),
         Command::Policy(PolicyCommand::Test { files }) => local::policy_test(&files),
         Command::Component { output } => local::write_component(&output),
