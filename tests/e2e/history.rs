@@ -145,15 +145,27 @@ fn the_command_line_lists_prints_compares_and_rolls_back() {
     assert_eq!(same.status.code(), Some(0), "{same:?}");
     let exported = server.ok(&token, "fleet/export", json!({}));
     assert_eq!(exported["document"]["pools"]["gpu-a"]["gpus"], 64);
-    // The flavor the rollback's document no longer names is left alone (no prune).
+    // The flavor the rollback's document no longer names is left alone (no prune), and
+    // the plan says what --prune would do; the revision says what it put back.
     assert!(exported["document"]["flavors"].get("g1-small").is_some());
+    assert!(said.contains("--prune would delete it"), "{said}");
+    let listed = String::from_utf8_lossy(&cli(&server, &token, &["history"]).stdout).into_owned();
+    assert!(listed.lines().next().unwrap().contains("rollback of 1"), "{listed}");
+    // `rollback --prune` removes what was made since.
+    let pruned = cli(&server, &token, &["rollback", "1", "--prune", "--yes"]);
+    let said = String::from_utf8_lossy(&pruned.stdout);
+    assert!(pruned.status.success(), "{pruned:?}");
+    assert!(said.contains("- flavor g1-small: delete") && said.contains("Applied 1 call."), "{said}");
+    assert!(server.ok(&token, "fleet/export", json!({}))["document"]["flavors"].get("g1-small").is_none());
+    let newest = &revisions(&server, &token, json!({}))[0];
+    assert_eq!((newest["rollbackOf"].as_u64(), newest["prune"].as_bool()), (Some(1), Some(true)), "{newest}");
 
     // `--heal` asks fleet.drift to restore the revision; status says so.
     let healing = cli(&server, &token, &["apply", "fleet.json", "--yes", "--heal"]);
     assert!(healing.status.success(), "{healing:?}");
     let status = cli(&server, &token, &["status"]);
     let said = String::from_utf8_lossy(&status.stdout);
-    assert!(said.contains("revision 4, which fleet.drift heals."), "{said}");
+    assert!(said.contains("revision 5, which fleet.drift heals."), "{said}");
     assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["heal"], true);
 }
 

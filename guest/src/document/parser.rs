@@ -92,6 +92,13 @@ impl<'c> Parser<'c> {
                     problems.push(pointer(&["heal"]), "must be a boolean");
                 }
             }
+            // The revision whose document this apply puts back (`fleet rollback N`): the
+            // host's to keep on the revision it makes; the plan is the same either way.
+            "rollbackOf" if self.plan_hash_allowed => {
+                if !value.as_u64().is_some_and(|revision| (1..=crate::json::MAX_COUNT).contains(&revision)) {
+                    problems.push(pointer(&["rollbackOf"]), "must be a revision's number, 1 or more");
+                }
+            }
             _ => problems.push(pointer(&[key]), "unknown field"),
         }
     }

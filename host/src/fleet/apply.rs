@@ -255,6 +255,8 @@ struct ApplyRequest<'a> {
     prune: bool,
     #[serde(default)]
     heal: bool,
+    #[serde(rename = "rollbackOf", default)]
+    rollback_of: Option<i64>,
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document as
@@ -302,6 +304,7 @@ fn record(
         calls,
         overrides: &overrides.to_string(),
         proposal,
+        rollback_of: request.rollback_of,
     };
     let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
     publish_applied(planning, db, caller, applied, revision, proposal)?;

@@ -60,7 +60,8 @@ fn revision_schema(whole: bool) -> Value {
             "overrides": {"type": "array", "items": {"type": "object",
                 "required": ["policy", "reason"],
                 "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}},
-            "proposal": {"type": "integer", "minimum": 1, "description": "The proposal this apply applied (SPEC §17)."}}});
+            "proposal": {"type": "integer", "minimum": 1, "description": "The proposal this apply applied."},
+            "rollbackOf": {"type": "integer", "minimum": 1, "description": "The revision whose document this apply put back (fleet rollback)."}}});
     if let Some(required) = schema["required"].as_array_mut() {
         required.push(json!("overrides"));
         if whole {
@@ -85,6 +86,8 @@ pub struct Kept<'a> {
     pub overrides: &'a str,
     /// The proposal the apply applied (SPEC §17).
     pub proposal: Option<i64>,
+    /// The revision whose document it put back, for a rollback.
+    pub rollback_of: Option<i64>,
 }
 
 /// Which revisions a deployment keeps (`serve --keep-revisions`, `--revisions-max-age`);
@@ -110,8 +113,8 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept, retention: Retention) -> Resul
     let revision = last + 1;
     db.execute(
         "INSERT INTO fleet_revisions
-           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides, proposal)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides, proposal, rollback_of)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             tenant,
             revision,
@@ -123,6 +126,7 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept, retention: Retention) -> Resul
             i64::try_from(kept.calls).unwrap_or(i64::MAX),
             kept.overrides,
             kept.proposal,
+            kept.rollback_of,
         ],
     )?;
     prune(db, tenant, revision, retention)?;
@@ -157,7 +161,7 @@ fn oldest(db: &Conn, tenant: &str) -> Result<Option<i64>, ApiError> {
 
 /// The columns history lists, as the answer's members: a revision's overrides say who
 /// let which mandatory policy's denials through, and why (SPEC §14).
-const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides, proposal";
+const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides, proposal, rollback_of";
 
 fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     let mut revision = Map::new();
@@ -171,6 +175,9 @@ fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     revision.insert("overrides".into(), overrides);
     if let Some(proposal) = row.get::<Option<i64>>(7)? {
         revision.insert("proposal".into(), json!(proposal));
+    }
+    if let Some(rollback_of) = row.get::<Option<i64>>(8)? {
+        revision.insert("rollbackOf".into(), json!(rollback_of));
     }
     Ok(revision)
 }
@@ -211,7 +218,7 @@ fn revision(ctx: &Ctx, body: Value) -> Result<String, ApiError> {
     let found = ctx.db.query_opt(
         &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
         params![&ctx.caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
-        |row| Ok((listed(row)?, row.get::<String>(8)?)),
+        |row| Ok((listed(row)?, row.get::<String>(9)?)),
     )?;
     let Some((revision, document)) = found else {
         return Err(ApiError::not_found(match oldest(ctx.db, &ctx.caller.tenant)? {

@@ -57,6 +57,8 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
         schema["properties"]["planHash"] = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
         schema["properties"]["heal"] = json!({"type": "boolean", "default": false,
             "description": "Restore this revision whenever fleet.drift finds drift, with this token's authority."});
+        schema["properties"]["rollbackOf"] = json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT,
+            "description": "The revision whose document this is, put back (fleet rollback): kept on the revision the apply makes."});
         schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
             "additionalProperties": false, "required": ["policy", "reason"], "properties": {
                 "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
@@ -68,8 +70,10 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
         if let Some(members) = schema.as_object_mut() {
             members.remove("required");
         }
-        let planned_here: Vec<Value> =
-            ["document", "prune", "planHash", "heal"].iter().map(|name| json!({"required": [name]})).collect();
+        let planned_here: Vec<Value> = ["document", "prune", "planHash", "heal", "rollbackOf"]
+            .iter()
+            .map(|name| json!({"required": [name]}))
+            .collect();
         schema["oneOf"] = json!([
             {"required": ["document"], "not": {"required": ["proposal"]}},
             {"required": ["proposal"], "not": {"anyOf": planned_here}},

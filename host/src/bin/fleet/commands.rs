@@ -152,9 +152,13 @@ pub enum ApplySource {
         plan_hash: Option<String>,
     },
     SavedPlan(PathBuf),
-    /// `fleet rollback N`: revision N's document, with its prune flag, applied to the
-    /// estate of today as any document is (SPEC §15).
-    Revision(u64),
+    /// `fleet rollback N [--prune]`: revision N's document, with its prune flag (or
+    /// pruning when asked), applied to the estate of today as any document is; the
+    /// revision it makes says it put N back.
+    Revision {
+        number: u64,
+        prune: bool,
+    },
     /// `fleet apply --proposal N`: exactly the plan an approved proposal was reviewed
     /// with (SPEC §17).
     Proposal(u64),
@@ -169,15 +173,22 @@ pub enum Confirm {
     Ask,
 }
 
-/// What an apply request carries besides its document and plan: `--override` and
-/// `--heal`.
+/// What an apply request carries besides its document and plan: `--override`,
+/// `--heal`, and the revision a rollback puts back.
+#[derive(Clone)]
 pub struct Extra {
     /// `[{"policy", "reason"}]`.
     pub overrides: Value,
     pub heal: bool,
+    pub rollback_of: Option<u64>,
 }
 
 impl Extra {
+    /// An apply's: overrides and heal, and what it rolls back to, if it does.
+    pub fn new(overrides: Value, heal: bool) -> Extra {
+        Extra { overrides, heal, rollback_of: None }
+    }
+
     fn overrides_any(&self) -> bool {
         self.overrides.as_array().is_some_and(|overrides| !overrides.is_empty())
     }
@@ -188,6 +199,9 @@ impl Extra {
         }
         if self.heal {
             request["heal"] = json!(true);
+        }
+        if let Some(revision) = self.rollback_of {
+            request["rollbackOf"] = json!(revision);
         }
     }
 }
@@ -221,10 +235,11 @@ pub fn apply(
             let document = read_fleet_config(file)?;
             apply_document(client, document, *prune, plan_hash.as_deref(), extra, confirm, &mut shown)?
         }
-        ApplySource::Revision(number) => {
+        ApplySource::Revision { number, prune } => {
             let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
-            let (document, prune) = (revision["document"].clone(), revision["prune"] == true);
-            apply_document(client, document, prune, None, extra, confirm, &mut shown)?
+            let (document, prune) = (revision["document"].clone(), *prune || revision["prune"] == true);
+            let extra = Extra { rollback_of: Some(*number), ..extra.clone() };
+            apply_document(client, document, prune, None, &extra, confirm, &mut shown)?
         }
         // Reviewed already: applied without asking, as a saved plan is.
         ApplySource::Proposal(number) => apply_proposal(client, *number, extra)?,

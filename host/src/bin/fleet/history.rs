@@ -22,6 +22,10 @@ pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
     for revision in revisions {
         let calls = revision["calls"].as_u64().unwrap_or_default() as usize;
         let proposal = revision["proposal"].as_u64().map(|number| format!(", proposal #{number}")).unwrap_or_default();
+        let proposal = match revision["rollbackOf"].as_u64() {
+            Some(number) => format!("{proposal}, rollback of {number}"),
+            None => proposal,
+        };
         println!(
             "{:>6}  {}  {}  by {}, {}, prune {}{proposal}",
             revision["revision"].as_u64().unwrap_or_default(),

@@ -221,6 +221,10 @@ enum Command {
         server: ServerArgs,
         /// The revision to return to.
         number: u64,
+        /// Also remove what the revision's document does not name (what was made since):
+        /// flavors, offers and quotas deleted, pools archived. The plan shows each.
+        #[arg(long)]
+        prune: bool,
         /// Apply without asking. Without a terminal, rollback refuses unless --yes.
         #[arg(long, short = 'y')]
         yes: bool,
@@ -603,7 +607,7 @@ fn main() -> ExitCode {
             Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
                 client(&server).and_then(|client| {
                     let overrides = commands::overrides(&overrides)?;
-                    let extra = commands::Extra { overrides, heal };
+                    let extra = commands::Extra::new(overrides, heal);
                     let source = match (plan, proposal, file) {
                         (Some(saved), _, _) => ApplySource::SavedPlan(saved),
                         (None, Some(number), _) => ApplySource::Proposal(number),
@@ -636,10 +640,10 @@ fn main() -> ExitCode {
             Command::Revision { server, number, output } => {
                 client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
             }
-            Command::Rollback { server, number, yes, overrides, json } => client(&server).and_then(|client| {
-                let extra = commands::Extra { overrides: commands::overrides(&overrides)?, heal: false };
+            Command::Rollback { server, number, prune, yes, overrides, json } => client(&server).and_then(|client| {
+                let extra = commands::Extra::new(commands::overrides(&overrides)?, false);
                 let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                commands::apply(&client, &ApplySource::Revision(number), &extra, json, confirm)
+                commands::apply(&client, &ApplySource::Revision { number, prune }, &extra, json, confirm)
             }),
             Command::Diff { server, from, to, json } => {
                 client(&server).and_then(|client| history::diff(&client, from, to, json))

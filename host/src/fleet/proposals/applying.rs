@@ -38,7 +38,7 @@ pub(in crate::fleet) fn named(body: &str) -> Result<Option<i64>, ApiError> {
         input.problem("proposal", "must be a proposal's number, 1 or more");
     }
     input.take_optional("overrides");
-    for field in ["document", "prune", "planHash", "heal"] {
+    for field in ["document", "prune", "planHash", "heal", "rollbackOf"] {
         if input.take_optional(field).is_some() {
             input.problem(field, "a proposal's apply takes its document, prune and plan hash from the proposal");
         }

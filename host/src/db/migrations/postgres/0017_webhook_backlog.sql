@@ -9,3 +9,6 @@ CREATE INDEX webhook_deliveries_in_flight ON webhook_deliveries (claimed_until_m
 -- it, so that a restore of an older backup or another deployment never sends an id a
 -- receiver has seen with another body. Events from before have none.
 ALTER TABLE events ADD COLUMN webhook_id TEXT;
+
+-- The revision a rollback put back (`fleet rollback N`), kept on the revision it made.
+ALTER TABLE fleet_revisions ADD COLUMN rollback_of BIGINT;
