@@ -312,6 +312,15 @@ fn serve_require_approval_gates_every_change_but_not_a_heal_or_a_plan_without_ca
         pools(&server, &team.alice)[0]["gpus"] == 8
     });
     assert!(healed, "fleet.drift heals under --require-approval");
+    // Not silently: the drift and who made it, the heal, and status says when.
+    let fleet_events = events(&server, &team.alice, "fleet.");
+    let told = types(&fleet_events);
+    assert!(told.ends_with(&["fleet.drifted", "fleet.healed", "fleet.applied"]), "{told:?}");
+    let drifted = events(&server, &team.alice, "fleet.drifted").pop().unwrap();
+    assert_eq!(drifted["data"]["changes"][0]["changedBy"], "root", "{drifted}");
+    let status = crate::cli::fleet(&server, &team.alice, &["status"]);
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(said.contains("Last healed at") && said.contains("(1 call)"), "{said}");
 }
 
 #[test]

@@ -52,6 +52,8 @@ enum How<'a> {
 pub struct Heal<'a> {
     pub revision: i64,
     pub token: &'a str,
+    /// What `fleet.drifted` says of the drift it heals, published first.
+    pub drifted: &'a Value,
 }
 
 /// An apply, a proposal's or a heal: the heal is audited `fleet.heal`, records no
@@ -307,7 +309,7 @@ fn record(
         rollback_of: request.rollback_of,
     };
     let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
-    publish_applied(planning, db, caller, applied, revision, proposal)?;
+    publish_applied(planning, db, caller, applied, revision, proposal, "fleet.apply")?;
     db.execute(
         "INSERT INTO fleet_applied
            (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
@@ -315,7 +317,7 @@ fn record(
          ON CONFLICT (tenant) DO UPDATE SET document = excluded.document, prune = excluded.prune,
            plan_hash = excluded.plan_hash, applied_by = excluded.applied_by,
            applied_at = excluded.applied_at, calls = excluded.calls, checked_at = excluded.checked_at,
-           revision = excluded.revision, heal_token = excluded.heal_token",
+           revision = excluded.revision, heal_token = excluded.heal_token, healed_at = NULL, healed_calls = NULL",
         params![
             &caller.tenant,
             document,
@@ -391,11 +393,18 @@ fn record_heal(
 ) -> Result<(), ApiError> {
     let plan = &applied.plan;
     name_objects(planning, db, &caller.tenant, plan)?;
-    db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&caller.tenant, &db::now()])?;
+    let now = db::now();
+    let calls = i64::try_from(applied.applied).unwrap_or(i64::MAX);
+    db.execute(
+        "UPDATE fleet_applied SET checked_at = ?2, healed_at = ?2, healed_calls = ?3 WHERE tenant = ?1",
+        params![&caller.tenant, &now, calls],
+    )?;
     db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
+    // What drifted, and who changed it, then that it was healed: the heal is no secret.
+    events::publish(&planning.metrics, db, &caller.tenant, events::DRIFTED, heal.drifted)?;
     let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
     events::publish(&planning.metrics, db, &caller.tenant, events::HEALED, &data)?;
-    publish_applied(planning, db, caller, applied, heal.revision, None)
+    publish_applied(planning, db, caller, applied, heal.revision, None, "fleet.heal")
 }
 
 /// `fleet.applied` (SPEC §18), which every apply, heal and proposal apply publishes:
@@ -407,9 +416,10 @@ fn publish_applied(
     applied: &Applied,
     revision: i64,
     proposal: Option<i64>,
+    via: &str,
 ) -> Result<(), ApiError> {
     let mut data = json!({"revision": revision, "planHash": applied.plan.plan_hash, "principal": caller.principal,
-                          "calls": applied.applied, "overrides": applied.overrides_json()});
+                          "calls": applied.applied, "overrides": applied.overrides_json(), "via": via});
     if let Some(proposal) = proposal {
         data["proposal"] = json!(proposal);
     }

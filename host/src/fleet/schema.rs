@@ -181,7 +181,9 @@ pub(super) fn status_schemas() -> (Value, Value) {
         "applied": {"type": "object", "properties": {
             "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
             "appliedAt": {"type": "string", "format": "date-time"},
-            "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"}}},
+            "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"},
+            "lastHeal": {"type": "object", "required": ["at", "calls"], "description": "The last time fleet.drift healed this revision.",
+                "properties": {"at": {"type": "string", "format": "date-time"}, "calls": {"type": "integer", "minimum": 0}}}}},
         "drift": {"type": "object", "properties": {
             "checkedAt": {"type": "string", "format": "date-time"}, "planHash": {"type": "string"},
             "summary": {"type": "object"}, "changes": {"type": "array", "items": {"type": "object"}}}}}}),

@@ -47,11 +47,11 @@ fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
     let mut output = Map::new();
     let applied = db.query_opt(
         "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at), revision,
-           heal_token IS NOT NULL
+           heal_token IS NOT NULL, healed_at, healed_calls
          FROM fleet_applied WHERE tenant = ?1",
         params![tenant],
         |row| {
-            let applied = json!({
+            let mut applied = json!({
                 "revision": row.get::<i64>(6)?,
                 "planHash": row.get::<String>(0)?,
                 "appliedBy": row.get::<String>(1)?,
@@ -60,6 +60,10 @@ fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
                 "prune": row.get::<bool>(4)?,
                 "heal": row.get::<bool>(7)?,
             });
+            // The last time fleet.drift healed this revision, and with how many calls.
+            if let Some(at) = row.get::<Option<String>>(8)? {
+                applied["lastHeal"] = json!({"at": at, "calls": row.get::<Option<i64>>(9)?.unwrap_or_default()});
+            }
             Ok((applied, row.get::<String>(5)?))
         },
     )?;

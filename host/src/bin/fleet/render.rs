@@ -221,6 +221,13 @@ pub fn render_status(status: &Value) -> String {
         applied["revision"].as_u64().unwrap_or_default(),
         if applied["heal"] == true { ", which fleet.drift heals" } else { "" },
     ));
+    if let Some(heal) = applied.get("lastHeal") {
+        out.push_str(&format!(
+            "Last healed at {} ({}): fleet.drift put back what had drifted.\n",
+            printable(&heal["at"]),
+            plural(heal["calls"].as_u64().unwrap_or_default() as usize, "call")
+        ));
+    }
     let checked_at = printable(&status["checkedAt"]);
     match status.get("drift") {
         Some(drift) => {

@@ -47,6 +47,28 @@ pub struct Activation {
     pub checked: usize,
 }
 
+/// `fleet.drifted`'s data for a check's `plan` (see [`Reconciler::drifted_event`]).
+fn drifted_data(
+    db: &db::Conn,
+    applied: &Applied,
+    plan: &Value,
+    recorded_since: Option<&str>,
+    now: &str,
+) -> Result<Value, ApiError> {
+    let changes = drift_changes(db, &applied.tenant, plan)?;
+    let since = match recorded_since {
+        Some(since) => since.to_owned(),
+        None => changes
+            .iter()
+            .filter_map(|change| change["changedAt"].as_str())
+            .filter(|at| *at >= applied.applied_at.as_str())
+            .min()
+            .unwrap_or(now)
+            .to_owned(),
+    };
+    Ok(json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes }))
+}
+
 /// The event a check publishes, given the drift recorded before and found now.
 pub fn transition(recorded: Option<&str>, found: Option<&str>) -> Option<&'static str> {
     match (recorded, found) {
@@ -295,7 +317,9 @@ impl Reconciler {
         let Some(token) = &applied.heal_token else { return self.record(applied, plan, release_at, None) };
         // The document as it was applied, not encoded again.
         let request = format!(r#"{{"document":{},"prune":{}}}"#, applied.document, applied.prune);
-        let heal_of = Heal { revision: applied.revision, token };
+        // The drift is told before it is healed, with who made each change.
+        let drifted = self.drifted_event(applied, plan)?;
+        let heal_of = Heal { revision: applied.revision, token, drifted: &drifted };
         match heal(&self.planning, &self.dispatcher, &applied.tenant, &heal_of, &request)? {
             Ok(calls) => {
                 if let Some(next) = release_at {
@@ -309,6 +333,19 @@ impl Reconciler {
                 self.record(applied, plan, release_at, Some(&refused))
             }
         }
+    }
+
+    /// What `fleet.drifted` says of a check's `plan`: its hash and summary, each change
+    /// with who made it, and since when: the first check that saw it
+    /// (`recorded_since`), or the earliest change made outside fleet after the apply.
+    /// The changes come out of the database (the audit trail names who changed what).
+    fn drifted_event(&self, applied: &Applied, plan: &Value) -> Result<Value, ApiError> {
+        let db = self.planning.db.get()?;
+        let recorded: Option<Option<String>> =
+            db.query_opt("SELECT since FROM fleet_drift WHERE tenant = ?1", params![&applied.tenant], |row| {
+                row.get(0)
+            })?;
+        drifted_data(&db, applied, plan, recorded.flatten().as_deref(), &db::now())
     }
 
     /// Records what a check's `plan` found and publishes an event if the answer changed
@@ -349,19 +386,9 @@ impl Reconciler {
             let now = db::now();
             let data = match &found {
                 Some(plan_hash) => {
-                    let changes = drift_changes(db, &applied.tenant, plan)?;
-                    // Drifted since the first check that saw it, or the earliest change
-                    // made outside fleet after the apply, whichever came first.
-                    let since = match &recorded {
-                        Some((_, Some(since))) => since.clone(),
-                        _ => changes
-                            .iter()
-                            .filter_map(|change| change["changedAt"].as_str())
-                            .filter(|at| *at >= applied.applied_at.as_str())
-                            .min()
-                            .map_or_else(|| now.clone(), str::to_owned),
-                    };
-                    let changes = Value::Array(changes);
+                    let recorded_since = recorded.as_ref().and_then(|(_, since)| since.as_deref());
+                    let mut data = drifted_data(db, applied, plan, recorded_since, &now)?;
+                    let (since, changes) = (data["since"].as_str().unwrap_or_default().to_owned(), &data["changes"]);
                     db.execute(
                         "INSERT INTO fleet_drift (tenant, checked_at, plan_hash, summary, changes, since)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -376,7 +403,6 @@ impl Reconciler {
                             &since
                         ],
                     )?;
-                    let mut data = json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes });
                     if let Some(why) = heal_error {
                         data["healError"] = json!(why);
                     }

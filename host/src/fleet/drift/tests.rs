@@ -154,6 +154,13 @@ impl Fixture {
         events["events"].as_array().unwrap().last().cloned().unwrap_or(Value::Null)
     }
 
+    /// The tenant's last event of type `kind`.
+    fn last_of(&self, tenant: &str, kind: &str) -> Value {
+        let events = self.call(tenant, "compute.events.list", json!({}));
+        let events = events["events"].as_array().unwrap().iter().rev();
+        events.filter(|event| event["type"] == kind).cloned().next().unwrap_or(Value::Null)
+    }
+
     fn status(&self, tenant: &str) -> Value {
         let status = self.core.dispatcher.run_named(caller(tenant), "compute.fleet.status", b"{}").unwrap();
         serde_json::from_str(&status).unwrap()
@@ -175,14 +182,19 @@ async fn a_revision_that_heals_is_restored_when_its_check_finds_drift() {
     let (stop, reconciler) = fixture.run();
 
     tokio::time::sleep(interval + Duration::from_secs(1)).await;
-    events_reach(&fixture, "acme", 1).await;
-    assert_eq!(fixture.event_types("acme"), ["fleet.healed"]);
-    let healed = fixture.last_event("acme");
+    events_reach(&fixture, "acme", 2).await;
+    // The drift is told, with who made it, and then its heal; the heal's apply says so.
+    assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.healed"]);
+    let drifted = fixture.last_of("acme", "fleet.drifted");
+    assert_eq!(drifted["data"]["changes"][0]["changedBy"], "alice", "{drifted}");
+    let healed = fixture.last_of("acme", "fleet.healed");
     assert_eq!((healed["data"]["revision"].as_i64(), healed["data"]["calls"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(fixture.last_of("acme", "fleet.applied")["data"]["via"], "fleet.heal");
     assert_eq!(fixture.gpus("acme"), 8, "the revision's value again");
     let status = fixture.status("acme");
     assert!(status.get("drift").is_none(), "{status}");
     assert_eq!(status["applied"]["revision"], 1, "a heal restores the revision, it makes no new one");
+    assert_eq!(status["applied"]["lastHeal"]["calls"], 1, "{status}");
     let audit = fixture.call("acme", "compute.audit.list", json!({}));
     let last = audit["records"].as_array().unwrap().last().unwrap().clone();
     assert_eq!((last["via"].as_str(), last["method"].as_str()), (Some("fleet.heal"), Some("compute.pools.update")));
@@ -195,7 +207,7 @@ async fn a_revision_that_heals_is_restored_when_its_check_finds_drift() {
     while fixture.status("acme")["checkedAt"] == checked && started.elapsed() < Duration::from_secs(30) {
         tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await.unwrap();
     }
-    assert_eq!(fixture.event_types("acme"), ["fleet.healed"]);
+    assert_eq!(fixture.event_types("acme"), ["fleet.drifted", "fleet.healed"]);
     assert!(fixture.status("acme").get("drift").is_none());
     let _ = stop.send(());
     reconciler.await.unwrap();

@@ -12,3 +12,7 @@ ALTER TABLE events ADD COLUMN webhook_id TEXT;
 
 -- The revision a rollback put back (`fleet rollback N`), kept on the revision it made.
 ALTER TABLE fleet_revisions ADD COLUMN rollback_of INTEGER;
+
+-- The last heal of the applied revision (when, and its calls), for `fleet status`.
+ALTER TABLE fleet_applied ADD COLUMN healed_at TEXT;
+ALTER TABLE fleet_applied ADD COLUMN healed_calls INTEGER;
