@@ -201,7 +201,9 @@ export async function renderObject(kind, name) {
   const nodes = [table('Fields', ['Field', 'Value'], rows, { class: 'grid fields-table', id: 'object-fields' })];
   const drift = tenant.status?.drift?.changes?.find((change) => change.kind === kind && change.key === name);
   if (drift) {
-    nodes.push(table(`Drifted: ${drift.action} by ${drift.changedBy ?? 'an unknown principal'} at ${when(drift.changedAt)}`,
+    // What happened (the server words it), not the plan line that would undo it.
+    const at = drift.changedAt ? ` at ${when(drift.changedAt)}` : ' (no record of who changed it)';
+    nodes.push(table(`Drifted: ${drift.text}${at}`,
       ['Field', 'Applied', 'Actual'],
       (drift.fields ?? []).map((field) => [field.field, show(field.applied), show(field.actual)]),
       { class: 'grid drift', id: 'object-drift' }));

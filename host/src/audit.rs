@@ -21,16 +21,33 @@ pub fn register(registry: &mut Registry) {
             "seq": {"type": "integer", "minimum": 1}, "at": {"type": "string", "format": "date-time"},
             "principal": {"type": "string"}, "method": {"type": "string"}, "kind": {"type": "string"},
             "id": {"type": "string"}, "via": {"type": "string", "enum": ["api", "fleet.apply", "fleet.heal"]},
+            "key": {"type": "string", "description": "The object's name in the tenant's FleetConfig, when it has one."},
             "planHash": {"type": "string"},
             "changes": {"type": "array", "items": {"type": "object", "required": ["field", "from", "to"],
-                "properties": {"field": {"type": "string"}, "from": {}, "to": {}}}}}});
+                "properties": {"field": {"type": "string"}, "from": {}, "to": {},
+                    "fromKey": {"type": "string", "description": "The name of the object `from` references by id."},
+                    "toKey": {"type": "string", "description": "The name of the object `to` references by id."}}}}}});
     let mut filters = Page::schema_properties();
     filters.insert("id".into(), crate::calls::schema::text_schema());
     filters.insert("kind".into(), crate::calls::schema::text_schema());
+    filters.insert(
+        "key".into(),
+        json!({"type": "string", "description": "An object's name as FleetConfig keys it (or its id): its records alone."}),
+    );
+    filters.insert(
+        "before".into(),
+        json!({"type": "integer", "minimum": 1, "maximum": crate::calls::input::MAX_COUNT,
+               "description": "Only records before this sequence number."}),
+    );
+    filters.insert(
+        "order".into(),
+        json!({"type": "string", "enum": ["oldest", "newest"], "default": "oldest",
+               "description": "Oldest first (page on with after) or newest first (page on with before)."}),
+    );
     registry.register(
         Method::new("audit", "list", MethodKind::Read, handler(list))
             .phase("v0.2")
-            .summary("Lists the tenant's audit records after a sequence number, oldest first, optionally for one object id or kind.")
+            .summary("Lists the tenant's audit records oldest first after a sequence number, or newest first before one; optionally for one object (by id or name) or kind. Objects and the references in changes are named beside their ids.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": filters}),
                 json!({"type": "object", "required": ["records"], "properties": {
@@ -64,16 +81,68 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let page = input.page();
+    let before = input.count("before", false).map_or(i64::MAX, |before| i64::try_from(before).unwrap_or(i64::MAX));
+    let newest = match input.string("order", false).as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(_) => {
+            input.problem("order", "must be \"oldest\" or \"newest\"");
+            false
+        }
+    };
     let id = input.string("id", false);
     let kind = input.string("kind", false);
+    let key = input.string("key", false);
     input.finish()?;
+    // A key is the object's name (any kind's, unless one is given), or an id itself.
+    let ids: Option<Vec<String>> = key.map(|key| ids_named(ctx, &key, kind.as_deref())).transpose()?;
+    if ids.as_ref().is_some_and(|ids| id.as_ref().is_some_and(|id| !ids.contains(id))) {
+        return Ok(json!({ "records": [] }));
+    }
+    let ids: Vec<Option<String>> = match (id, ids) {
+        (Some(id), _) => vec![Some(id)],
+        (None, Some(ids)) => ids.into_iter().map(Some).collect(),
+        (None, None) => vec![None],
+    };
+    let order = if newest { "DESC" } else { "ASC" };
     let mut records = Vec::new();
+    // One page per id a key names (one, or a few), merged into one.
+    for id in &ids {
+        read_page(
+            ctx,
+            &mut records,
+            order,
+            &[page.after as i64, before, page.limit as i64],
+            id.as_deref(),
+            kind.as_deref(),
+        )?;
+    }
+    records.sort_by_key(|record| record["seq"].as_i64().unwrap_or_default());
+    if newest {
+        records.reverse();
+    }
+    records.truncate(usize::try_from(page.limit).unwrap_or(usize::MAX));
+    name_ids(ctx, &mut records)?;
+    Ok(json!({ "records": records }))
+}
+
+/// A page of records (`after`, `before`, `limit`) in `order`, of one object or all.
+fn read_page(
+    ctx: &Ctx,
+    records: &mut Vec<Value>,
+    order: &str,
+    [after, before, limit]: &[i64; 3],
+    id: Option<&str>,
+    kind: Option<&str>,
+) -> Result<(), ApiError> {
     ctx.db.for_each(
-        "SELECT seq, at, principal, method, kind, object_id, via, plan_hash, changes FROM audit
-         WHERE tenant = ?1 AND seq > ?2 AND (CAST(?3 AS TEXT) IS NULL OR object_id = ?3)
-           AND (CAST(?4 AS TEXT) IS NULL OR kind = ?4)
-         ORDER BY seq LIMIT ?5",
-        params![&ctx.caller.tenant, page.after as i64, id.as_deref(), kind.as_deref(), page.limit as i64],
+        &format!(
+            "SELECT seq, at, principal, method, kind, object_id, via, plan_hash, changes FROM audit
+             WHERE tenant = ?1 AND seq > ?2 AND seq < ?6 AND (CAST(?3 AS TEXT) IS NULL OR object_id = ?3)
+               AND (CAST(?4 AS TEXT) IS NULL OR kind = ?4)
+             ORDER BY seq {order} LIMIT ?5"
+        ),
+        params![&ctx.caller.tenant, *after, id, kind, *limit, *before],
         |row| {
             let (seq, plan_hash): (i64, Option<String>) = (row.get(0)?, row.get(7)?);
             let [at, principal, method, kind, id, via, changes] =
@@ -96,5 +165,61 @@ fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
             Ok(())
         },
     )?;
-    Ok(json!({ "records": records }))
+    Ok(())
+}
+
+/// The ids of the tenant's objects named `key` (of `kind`, if given), and `key` itself,
+/// which may be an id or a quota's owner.
+fn ids_named(ctx: &Ctx, key: &str, kind: Option<&str>) -> Result<Vec<String>, ApiError> {
+    let mut ids: Vec<String> = ctx.db.query(
+        "SELECT id FROM fleet_bindings WHERE tenant = ?1 AND name = ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)",
+        params![&ctx.caller.tenant, key, kind],
+        |row| row.get(0),
+    )?;
+    ids.push(key.to_owned());
+    Ok(ids)
+}
+
+/// Names beside ids, as plans and drift name objects: each record's object, and the
+/// objects its changes reference, by the names the tenant's applies bound them to
+/// (fleet's bindings; an object made over the API alone has none).
+fn name_ids(ctx: &Ctx, records: &mut [Value]) -> Result<(), ApiError> {
+    let looks_like_id = |value: &Value| value.as_str().filter(|text| text.contains('_')).map(str::to_owned);
+    let mut ids: Vec<String> = Vec::new();
+    for record in records.iter() {
+        ids.extend(looks_like_id(&record["id"]));
+        for change in record["changes"].as_array().into_iter().flatten() {
+            ids.extend(looks_like_id(&change["from"]));
+            ids.extend(looks_like_id(&change["to"]));
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let mut names = std::collections::HashMap::new();
+    for id in ids {
+        // Through the bindings' index by id: a page's worth of lookups.
+        let name: Option<String> = ctx.db.query_opt(
+            "SELECT name FROM fleet_bindings WHERE tenant = ?1 AND id = ?2",
+            params![&ctx.caller.tenant, &id],
+            |row| row.get(0),
+        )?;
+        if let Some(name) = name {
+            names.insert(id, name);
+        }
+    }
+    let name = |value: &Value| value.as_str().and_then(|id| names.get(id)).map(|name| json!(name));
+    for record in records.iter_mut() {
+        if let Some(key) = name(&record["id"]) {
+            record["key"] = key;
+        }
+        for change in record["changes"].as_array_mut().into_iter().flatten() {
+            if let Some(key) = name(&change["from"]) {
+                change["fromKey"] = key;
+            }
+            if let Some(key) = name(&change["to"]) {
+                change["toKey"] = key;
+            }
+        }
+    }
+    Ok(())
 }

@@ -359,8 +359,9 @@ fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     assert_eq!(fleet(&server, &token, &["status"]).status.code(), Some(0));
     let refreshed = fleet(&server, &token, &["status", "--refresh"]);
     assert_eq!(refreshed.status.code(), Some(2), "{}", stdout(&refreshed));
+    // What happened, as it happened: applied -> actual, who and how.
     assert!(
-        stdout(&refreshed).contains("pool gpu-a: gpus 64 → 48, changed by alice via compute.pools.update at 20"),
+        stdout(&refreshed).contains("pool gpu-a: gpus 64 -> 48 by alice via compute.pools.update at 20"),
         "{}",
         stdout(&refreshed)
     );
@@ -371,21 +372,31 @@ fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     let status: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert!(status["checkedAt"].as_str().unwrap().ends_with('Z'));
     assert_eq!(status["drift"]["summary"]["update"], 1);
+    let change = &status["drift"]["changes"][0];
+    assert_eq!(change["text"], "pool gpu-a: gpus 64 -> 48 by alice via compute.pools.update", "{change}");
+    assert_eq!(change["repair"], "~ pool gpu-a: update (gpus 48 -> 64)", "the plan line that undoes it: {change}");
     let events = server.ok(&token, "events/list", json!({}))["events"].clone();
     let types: Vec<&str> = events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["fleet.applied", "fleet.drifted"]);
 
-    // The audit trail says the same, and which apply made what.
+    // The audit trail says the same, newest first, names beside ids, and which apply
+    // made what.
     let audit = fleet(&server, &token, &["audit", "--kind", "pool"]);
     assert_eq!(audit.status.code(), Some(0), "{}", stderr(&audit));
     let lines: Vec<String> = stdout(&audit).lines().map(str::to_owned).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(lines[0].contains("via compute.pools.create at 20") && lines[0].contains("(fleet.apply of sha256:"));
-    let update = format!("pool {}: gpus 64 → 48, changed by alice via compute.pools.update at 20", pool.as_str().unwrap());
-    assert!(lines[1].contains(&update) && !lines[1].contains("fleet.apply"), "{lines:?}");
+    let update = format!("pool gpu-a ({}): gpus 64 -> 48 by alice via compute.pools.update at 20", pool.as_str().unwrap());
+    assert!(lines[0].contains(&update) && !lines[0].contains("fleet.apply"), "{lines:?}");
+    assert!(lines[1].contains("via compute.pools.create at 20") && lines[1].contains("(fleet.apply of sha256:"));
+    assert!(lines[1].contains("site (none) -> eu-west (site_"), "a reference is named too: {lines:?}");
+    let by_key = stdout(&fleet(&server, &token, &["audit", "--key", "gpu-a"]));
+    assert_eq!(by_key.lines().count(), 2, "{by_key}");
+    let oldest = fleet(&server, &token, &["audit", "--after", "0", "--limit", "1", "--json"]);
+    let oldest: Value = serde_json::from_slice(&oldest.stdout).unwrap();
     let page = fleet(&server, &token, &["audit", "--limit", "1", "--json"]);
     let page: Value = serde_json::from_slice(&page.stdout).unwrap();
-    let first = page["records"][0]["seq"].as_u64().unwrap();
+    assert!(page["records"][0]["seq"].as_u64() > oldest["records"][0]["seq"].as_u64(), "newest first by default");
+    let first = oldest["records"][0]["seq"].as_u64().unwrap();
     let next = stdout(&fleet(&server, &token, &["audit", "--after", &first.to_string(), "--id", pool.as_str().unwrap()]));
     assert!(next.lines().all(|line| line.contains(pool.as_str().unwrap())), "{next}");
 }

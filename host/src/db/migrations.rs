@@ -33,7 +33,7 @@ history!(
     "0014_revisions",
     "0015_proposals",
     "0016_webhooks",
-    "0017_webhook_backlog",
+    "0017_hardening",
 );
 
 pub fn sqlite() -> Migrations<'static> {

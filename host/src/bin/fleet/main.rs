@@ -258,7 +258,14 @@ enum Command {
         /// Only records of this object id.
         #[arg(long)]
         id: Option<String>,
-        /// Only records after this sequence number (where the last page ended).
+        /// Only records of the object with this name (as the document keys it).
+        #[arg(long)]
+        key: Option<String>,
+        /// Only records before this sequence number (where the last page ended), newest
+        /// first.
+        #[arg(long, conflicts_with = "after")]
+        before: Option<u64>,
+        /// Only records after this sequence number, oldest first.
         #[arg(long)]
         after: Option<u64>,
         /// How many records to list, at most 1000.
@@ -596,74 +603,74 @@ fn main() -> ExitCode {
         Command::Apply { file, plan, .. } => file.clone().or_else(|| plan.clone()),
         _ => None,
     };
-    let outcome =
-        match cli.command {
-            Command::Export { server, output, format } => {
-                client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
-            }
-            Command::Plan { server, file, prune, out, json } => {
-                client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
-            }
-            Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
-                client(&server).and_then(|client| {
-                    let overrides = commands::overrides(&overrides)?;
-                    let extra = commands::Extra::new(overrides, heal);
-                    let source = match (plan, proposal, file) {
-                        (Some(saved), _, _) => ApplySource::SavedPlan(saved),
-                        (None, Some(number), _) => ApplySource::Proposal(number),
-                        (None, None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
-                        (None, None, None) => {
-                            return Err(CliError::Input("give a document file, --plan or --proposal".into()));
-                        }
-                    };
-                    let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                    commands::apply(&client, &source, &extra, json, confirm)
-                })
-            }
-            Command::Propose { server, file, prune, title, json } => {
-                client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
-            }
-            Command::Proposals { server, state, limit, json } => {
-                client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
-            }
-            Command::Proposal { server, number, json } => {
-                client(&server).and_then(|client| proposals::show(&client, number, json))
-            }
-            Command::Review { server, number, verdict, comment, json } => client(&server)
-                .and_then(|client| proposals::review(&client, number, &verdict, comment.as_deref(), json)),
-            Command::Withdraw { server, number, json } => {
-                client(&server).and_then(|client| proposals::withdraw(&client, number, json))
-            }
-            Command::History { server, limit, json } => {
-                client(&server).and_then(|client| history::history(&client, limit, json))
-            }
-            Command::Revision { server, number, output } => {
-                client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
-            }
-            Command::Rollback { server, number, prune, yes, overrides, json } => client(&server).and_then(|client| {
-                let extra = commands::Extra::new(commands::overrides(&overrides)?, false);
-                let confirm = if yes { Confirm::Given } else { Confirm::Ask };
-                commands::apply(&client, &ApplySource::Revision { number, prune }, &extra, json, confirm)
-            }),
-            Command::Diff { server, from, to, json } => {
-                client(&server).and_then(|client| history::diff(&client, from, to, json))
-            }
-            Command::Audit { server, kind, id, after, limit, json } => client(&server)
-                .and_then(|client| audit::audit(&client, &audit::Filter { kind, id, after, limit }, json)),
-            Command::Status { server, refresh, json } => {
-                client(&server).and_then(|client| commands::status(&client, json, refresh))
-            }
-            Command::Policy(PolicyCommand::Eval { files, plan, json }) => commands::policy_eval(&files, &plan, json),
-            command => {
-                return match run_local(cli.db, command) {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(error) => {
-                        eprintln!("error: {error:#}");
-                        ExitCode::from(client::EXIT_ERROR)
+    let outcome = match cli.command {
+        Command::Export { server, output, format } => {
+            client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
+        }
+        Command::Plan { server, file, prune, out, json } => {
+            client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
+        }
+        Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
+            client(&server).and_then(|client| {
+                let overrides = commands::overrides(&overrides)?;
+                let extra = commands::Extra::new(overrides, heal);
+                let source = match (plan, proposal, file) {
+                    (Some(saved), _, _) => ApplySource::SavedPlan(saved),
+                    (None, Some(number), _) => ApplySource::Proposal(number),
+                    (None, None, Some(file)) => ApplySource::Document { file, prune, plan_hash },
+                    (None, None, None) => {
+                        return Err(CliError::Input("give a document file, --plan or --proposal".into()));
                     }
                 };
-            }
-        };
+                let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+                commands::apply(&client, &source, &extra, json, confirm)
+            })
+        }
+        Command::Propose { server, file, prune, title, json } => {
+            client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
+        }
+        Command::Proposals { server, state, limit, json } => {
+            client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
+        }
+        Command::Proposal { server, number, json } => {
+            client(&server).and_then(|client| proposals::show(&client, number, json))
+        }
+        Command::Review { server, number, verdict, comment, json } => {
+            client(&server).and_then(|client| proposals::review(&client, number, &verdict, comment.as_deref(), json))
+        }
+        Command::Withdraw { server, number, json } => {
+            client(&server).and_then(|client| proposals::withdraw(&client, number, json))
+        }
+        Command::History { server, limit, json } => {
+            client(&server).and_then(|client| history::history(&client, limit, json))
+        }
+        Command::Revision { server, number, output } => {
+            client(&server).and_then(|client| history::revision(&client, number, output.as_deref()))
+        }
+        Command::Rollback { server, number, prune, yes, overrides, json } => client(&server).and_then(|client| {
+            let extra = commands::Extra::new(commands::overrides(&overrides)?, false);
+            let confirm = if yes { Confirm::Given } else { Confirm::Ask };
+            commands::apply(&client, &ApplySource::Revision { number, prune }, &extra, json, confirm)
+        }),
+        Command::Diff { server, from, to, json } => {
+            client(&server).and_then(|client| history::diff(&client, from, to, json))
+        }
+        Command::Audit { server, kind, id, key, before, after, limit, json } => client(&server)
+            .and_then(|client| audit::audit(&client, &audit::Filter { kind, id, key, before, after, limit }, json)),
+        Command::Status { server, refresh, json } => {
+            client(&server).and_then(|client| commands::status(&client, json, refresh))
+        }
+        Command::Policy(PolicyCommand::Eval { files, plan, json }) => commands::policy_eval(&files, &plan, json),
+        command => {
+            return match run_local(cli.db, command) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(client::EXIT_ERROR)
+                }
+            };
+        }
+    };
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

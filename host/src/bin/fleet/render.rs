@@ -247,35 +247,13 @@ pub fn render_status(status: &Value) -> String {
     out
 }
 
-/// `pool gpu-a: gpus 64 → 48, changed by bob via compute.pools.update at 12:03:00Z`: the
-/// applied value, then the actual one.
+/// `pool gpu-a: gpus 64 -> 48 by bob via compute.pools.update at 2026-12-01T12:03:00Z`:
+/// what happened, as the server words it, and when.
 fn drift_line(change: &Value) -> String {
-    let fields: Vec<String> = change["fields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|field| {
-            format!("{} {} → {}", printable(&field["field"]), shown(&field["applied"]), shown(&field["actual"]))
-        })
-        .collect();
-    let what = if fields.is_empty() {
-        printable(&change["text"])
-    } else {
-        format!(
-            "{} {}: {}",
-            kind_noun(change["kind"].as_str().unwrap_or_default()),
-            printable(&change["key"]),
-            fields.join(", ")
-        )
-    };
-    match change["changedBy"].as_str() {
-        Some(principal) => format!(
-            "{what}, changed by {} via {} at {}",
-            escape_controls(principal),
-            printable(&change["method"]),
-            printable(&change["changedAt"])
-        ),
-        None => format!("{what} (no record of who changed it)"),
+    let text = printable(&change["text"]);
+    match change["changedAt"].as_str() {
+        Some(at) => format!("{text} at {}", escape_controls(at)),
+        None => format!("{text} (no record of who changed it)"),
     }
 }
 

@@ -631,8 +631,10 @@ fn drifted(plan: &Value) -> bool {
 }
 
 /// Per drifted object of a drift plan (SPEC §6.5): the fields with their applied and
-/// actual values, and who last changed the object, when and through which method (from
-/// the audit trail; null when it has no record). The change's line for people stays.
+/// actual values, who last changed the object, when and through which method (from the
+/// audit trail; null when it has no record), `text` saying what happened, for people
+/// and chat (`pool gpu-a: gpus 96 -> 48 by bob via compute.pools.update`), and `repair`,
+/// the plan's line that would undo it.
 pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Value>, ApiError> {
     let mut changes = Vec::new();
     for change in plan["changes"].as_array().into_iter().flatten() {
@@ -650,12 +652,54 @@ pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Va
             Some((principal, at, method)) => (json!(principal), json!(at), json!(method)),
             None => (Value::Null, Value::Null, Value::Null),
         };
+        let mut text = happened(kind, change, &fields);
+        if let (Some(principal), Some(method)) = (changed_by.as_str(), method.as_str()) {
+            text.push_str(&format!(" by {principal} via {method}"));
+        }
         changes.push(json!({
             "kind": kind, "key": change["key"], "id": id, "action": change["action"], "fields": fields,
-            "changedBy": changed_by, "changedAt": changed_at, "method": method, "text": change["text"],
+            "changedBy": changed_by, "changedAt": changed_at, "method": method, "text": text,
+            "repair": change["text"],
         }));
     }
     Ok(changes)
+}
+
+/// What happened to an object, given the change of the plan that undoes it: the values
+/// it moved from (applied) and to (actual), or that it was archived, deleted or made.
+fn happened(kind: &str, change: &Value, fields: &[Value]) -> String {
+    let object =
+        format!("{} {}", fleet_guest::grammar::camel_words(kind, ' '), change["key"].as_str().unwrap_or_default());
+    match change["action"].as_str().unwrap_or_default() {
+        "update" => {
+            let moved: Vec<String> = fields
+                .iter()
+                .map(|field| {
+                    format!(
+                        "{} {} -> {}",
+                        field["field"].as_str().unwrap_or_default(),
+                        shown(&field["applied"]),
+                        shown(&field["actual"])
+                    )
+                })
+                .collect();
+            format!("{object}: {}", moved.join(", "))
+        }
+        "restore" => format!("{object} archived"),
+        "create" => format!("{object} deleted"),
+        "delete" | "archive" => format!("{object} made outside the applied document"),
+        _ => change["text"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// A value in a sentence: strings bare unless empty, absent as `(none)`.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => "(none)".into(),
+        Value::String(text) if text.is_empty() => "\"\"".into(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]

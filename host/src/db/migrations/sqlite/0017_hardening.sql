@@ -1,4 +1,4 @@
--- Issue 62: an outbox with a backlog costs nothing while nothing is due.
+-- Issue 62 (hardening): an outbox with a backlog costs nothing while nothing is due.
 -- A claim passes over the tenants with an attempt in flight; they are found through
 -- this index of the claimed pending deliveries alone, not by reading each tenant's
 -- whole outbox once for every due delivery.
@@ -11,8 +11,11 @@ CREATE INDEX webhook_deliveries_in_flight ON webhook_deliveries (claimed_until_m
 ALTER TABLE events ADD COLUMN webhook_id TEXT;
 
 -- The revision a rollback put back (`fleet rollback N`), kept on the revision it made.
-ALTER TABLE fleet_revisions ADD COLUMN rollback_of BIGINT;
+ALTER TABLE fleet_revisions ADD COLUMN rollback_of INTEGER;
 
 -- The last heal of the applied revision (when, and its calls), for `fleet status`.
 ALTER TABLE fleet_applied ADD COLUMN healed_at TEXT;
-ALTER TABLE fleet_applied ADD COLUMN healed_calls BIGINT;
+ALTER TABLE fleet_applied ADD COLUMN healed_calls INTEGER;
+
+-- The audit trail names objects beside their ids: a binding found by its id.
+CREATE INDEX fleet_bindings_by_id ON fleet_bindings (tenant, id);
