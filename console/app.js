@@ -6,7 +6,7 @@
 import { $, element } from './dom.js';
 import {
   ApiFailure, SignedOut, beginSession, endSession, eventStream, explain, forgetToken, keepToken, keptToken, loadTenant,
-  onTenantRead, showNotice, tenant,
+  onTenantRead, probe, showNotice, tenant,
 } from './session.js';
 import { forgetPlan, mountPlan, showTenantInPlan } from './plan.js';
 import { renderStatus, showEvents } from './status.js';
@@ -34,24 +34,43 @@ async function signIn(token) {
   const submit = $('sign-in').querySelector('button');
   submit.disabled = true;
   try {
-    await loadTenant();
+    const may = await probe();
+    if (!Object.values(may).some(Boolean)) {
+      throw new Error('the token may read none of what the console shows: it needs compute:fleet:admin @ compute-fleet, ' +
+        'compute:proposals:read @ compute-proposals or compute:webhooks:read @ compute-webhooks');
+    }
+    if (may.fleet) await loadTenant();
   } catch (error) {
     if (error instanceof SignedOut) return;
     forgetToken();
     $('who').textContent = '';
-    showNotice(element('strong', {}, 'Not signed in. '), explain(error));
+    showNotice(element('strong', {}, 'Not signed in: '), explain(error));
     return;
   } finally {
     submit.disabled = false;
   }
+  if (!tenant.may.fleet) {
+    const views = Object.entries(tenant.may).filter(([, may]) => may).map(([view]) => view);
+    $('who').textContent = `${tenant.principal ?? 'signed in'} · may read ${views.join(' and ')}`;
+  }
+  // Each view only for a token that may read what it shows.
+  for (const link of $('views').querySelectorAll('a')) link.hidden = !allowed(link.dataset.view);
   keepToken();
   $('token').value = '';
   $('sign-in').hidden = true;
   $('signed-in').hidden = false;
   $('views').hidden = false;
   $('welcome').hidden = true;
-  listen();
+  if (tenant.may.fleet) listen();
   route();
+}
+
+/** Whether the signed-in token may read what `view` shows. */
+function allowed(view) {
+  const may = tenant.may ?? {};
+  if (view === 'proposals') return Boolean(may.proposals);
+  if (view === 'webhooks') return Boolean(may.webhooks);
+  return Boolean(may.fleet);
 }
 
 function signOut() {
@@ -94,9 +113,10 @@ function currentRoute() {
 
 /** Shows the view the URL's fragment names, rendered from what the page knows now. */
 function route() {
-  if (!tenant.snapshot) return;
+  if (!tenant.may) return;
   const [name, ...rest] = currentRoute();
-  const view = VIEWS.has(name) ? name : 'status';
+  const wanted = VIEWS.has(name) ? name : 'status';
+  const view = allowed(wanted) ? wanted : [...VIEWS].find(allowed);
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== `view-${view}`;
   for (const link of $('views').querySelectorAll('a')) {
     const current = link.dataset.view === view || (view === 'object' && link.dataset.view === 'estate');

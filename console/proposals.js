@@ -43,11 +43,12 @@ export async function renderProposals(number) {
     element('td', {}, proposal.state === 'open' ? (proposal.approved ? 'approved' : 'waiting') : '—'),
     element('td', {}, element('code', { title: proposal.planHash }, shortHash(proposal.planHash)))));
   $('proposal-list').replaceChildren(rows.length
-    ? element('table', { class: 'grid', id: 'proposal-table' },
-      element('caption', {}, 'Proposals, newest first'),
-      element('thead', {}, element('tr', {}, ['Proposal', 'Title', 'State', 'Author', 'Proposed at', 'Reviews', 'Approval', 'Plan hash']
-        .map((header) => element('th', { scope: 'col' }, header)))),
-      element('tbody', {}, rows))
+    ? element('div', { class: 'scroll', tabindex: '0', role: 'region', 'aria-label': 'Proposals' },
+      element('table', { class: 'grid', id: 'proposal-table' },
+        element('caption', {}, 'Proposals, newest first'),
+        element('thead', {}, element('tr', {}, ['Proposal', 'Title', 'State', 'Author', 'Proposed at', 'Reviews', 'Approval', 'Plan hash']
+          .map((header) => element('th', { scope: 'col' }, header)))),
+        element('tbody', {}, rows)))
     : element('p', { class: 'muted' }, state ? `No ${state} proposals.` : 'No proposals yet: the Plan view proposes one.'));
   if (shown === null) {
     $('proposal').replaceChildren();
@@ -67,7 +68,8 @@ async function showProposal(number, mine) {
   }
   if (mine !== reads) return;
   const { proposal, plan, document } = whole;
-  const me = tenant.snapshot.caller.principal;
+  // Who is signed in (a reviewer's token reads no snapshot; a denial said who).
+  const me = tenant.principal;
   const open = proposal.state === 'open';
   const verdicts = element('div', { class: 'verdicts' });
   renderVerdicts(plan.policy, verdicts);
@@ -79,7 +81,7 @@ async function showProposal(number, mine) {
       `${standing}${revision} · proposed by ${proposal.author} at ${when(proposal.createdAt)}` +
       `${proposal.prune ? ' · prune' : ''} · ${plural(plan.calls.length, 'call')}`),
     open ? why(judgeProposal(document, proposal.prune, proposal)) : null,
-    element('div', { class: 'changes' }, changeRows(plan.changes, tenant.snapshot.modules ?? [])),
+    element('div', { class: 'changes' }, changeRows(plan.changes, tenant.snapshot?.modules ?? [])),
     verdicts,
     element('p', { class: 'hash' }, 'plan hash ', element('code', {}, proposal.planHash)),
     element('h4', {}, 'Reviews'),
@@ -91,7 +93,9 @@ async function showProposal(number, mine) {
   ];
   if (open && proposal.author !== me) nodes.push(reviewForm(proposal.number));
   const actions = element('div', { class: 'bar' });
-  if (open && proposal.approved) actions.append(button('apply-proposal', 'Apply', () => applyProposal(proposal)));
+  if (open && proposal.approved && tenant.may?.fleet) {
+    actions.append(button('apply-proposal', 'Apply', () => applyProposal(proposal)));
+  }
   if (open && proposal.author === me) actions.append(button('withdraw', 'Withdraw', () => withdraw(proposal.number), 'quiet'));
   if (actions.childElementCount) nodes.push(actions);
   nodes.push(element('div', { id: 'proposal-outcome', class: 'outcome', role: 'status', hidden: true }));

@@ -21,10 +21,10 @@ export class ApiFailure extends Error {
     this.details = error.details;
   }
 
-  /** For people: a denial names the permission the token lacks. */
+  /** For people: a denial names the permission the token lacks, once. */
   get explained() {
     const { permission, scope } = this.details ?? {};
-    if (this.status === 403 && permission) {
+    if (this.status === 403 && permission && !this.message.includes(permission)) {
       return `${this.code}: the token lacks ${permission} @ ${scope}. ${this.message}`;
     }
     if (this.status === 401) return `${this.code}: the token is not accepted (${this.message}). Sign in again.`;
@@ -53,7 +53,37 @@ export const tenant = {
   kinds: [],
   /** When (the server's clock, ms, to the second) the export was read. */
   readAt: 0,
+  /** What the token may do, found at sign-in: `{fleet, proposals, webhooks}`. */
+  may: null,
+  /** Who signed in, as far as the page knows (from the snapshot, or from a denial). */
+  principal: null,
 };
+
+/**
+ * What the signed-in token may read, asked of the server once, at sign-in: each view
+ * is shown only to a token that may read what it shows (a reviewer's sees Proposals).
+ * `UNAUTHENTICATED` fails the sign-in; a denial only closes that view.
+ */
+export async function probe() {
+  const may = {};
+  const ask = async (name, method, body) => {
+    try {
+      await api(method, body);
+      may[name] = true;
+    } catch (error) {
+      if (!(error instanceof ApiFailure) || error.status !== 403) throw error;
+      may[name] = false;
+      tenant.principal ??= error.details?.principal ?? null;
+    }
+  };
+  await Promise.all([
+    ask('fleet', 'fleet/status', {}),
+    ask('proposals', 'proposals/list', { limit: 1 }),
+    ask('webhooks', 'webhooks/list', {}),
+  ]);
+  tenant.may = may;
+  return may;
+}
 
 // ---- the session's token ----------------------------------------------------------
 
@@ -64,6 +94,7 @@ export const keptToken = () => sessionStorage.getItem(TOKEN_KEY);
 export function beginSession(token) {
   tenant.token = token.trim();
   tenant.session += 1;
+  Object.assign(tenant, { may: null, principal: null });
 }
 
 /** Keeps the session's token, which the server accepted, for a reload of the page. */
@@ -84,7 +115,9 @@ export function forgetToken() {
 export function endSession() {
   sessionStorage.removeItem(TOKEN_KEY);
   tenant.session += 1;
-  Object.assign(tenant, { token: '', document: null, snapshot: null, status: null, kinds: [], missing: [], readAt: 0 });
+  Object.assign(tenant, {
+    token: '', document: null, snapshot: null, status: null, kinds: [], missing: [], readAt: 0, may: null, principal: null,
+  });
 }
 
 // ---- the API ----------------------------------------------------------------------
@@ -165,6 +198,7 @@ export async function loadTenant() {
   tenant.readAt = read.at || 0;
   tenant.missing = exported.missing ?? [];
   tenant.snapshot = snapshot;
+  tenant.principal = snapshot.caller?.principal ?? tenant.principal;
   tenant.status = status;
   tenant.kinds = (snapshot.modules ?? Object.keys(BUILT_IN_SECTIONS))
     .map((kind) => ({ kind, section: own(BUILT_IN_SECTIONS, kind) ?? plugins.get(kind) }))

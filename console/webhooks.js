@@ -48,7 +48,8 @@ function section(webhook, attempts) {
     element('h3', {}, `${webhook.name} `, state),
     element('p', {}, element('code', {}, webhook.url), ` · ${webhook.events.join(', ')}`),
     rows.length
-      ? element('div', { class: 'scroll' }, table('Latest delivery attempts, newest first',
+      ? element('div', { class: 'scroll', tabindex: '0', role: 'region', 'aria-label': `Delivery attempts of ${webhook.name}` },
+        table('Latest delivery attempts, newest first',
         ['Event', 'Id', 'Attempt', 'At', 'Status or error', 'Duration', 'State'], rows, { class: 'grid' }))
       : element('p', { class: 'muted' }, 'No delivery attempted yet.'));
 }

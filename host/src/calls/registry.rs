@@ -181,7 +181,7 @@ impl Method {
             Code::PermissionDenied,
             format!("{} may not call {}: it needs {} @ {}", caller.principal, self.name, self.permission, self.scope),
         )
-        .with_details(json!({ "permission": self.permission, "scope": self.scope })))
+        .with_details(json!({ "permission": self.permission, "scope": self.scope, "principal": caller.principal })))
     }
 
     pub fn permission(mut self, permission: &str, scope: &str) -> Method {
