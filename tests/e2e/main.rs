@@ -6,3 +6,4 @@
 
 include!("suite.rs");
 mod backups; // issue 54: SQLite's online backups
+mod guides; // issue 62: every guide runs as written (on SQLite, as the guides do)
