@@ -221,7 +221,7 @@ export async function renderObject(kind, name) {
       ? table(null, ['At', 'Principal', 'Method', 'Via', 'Changes'], records.reverse().map((record) => [
         when(record.at), record.principal, record.method, record.via,
         element('ul', { class: 'plain' }, (record.changes ?? []).map((change) =>
-          element('li', {}, `${change.field}: `, element('span', { class: 'from' }, show(change.from)), ' → ',
+          element('li', {}, `${change.field}: `, element('span', { class: 'from' }, show(change.from)), ' -> ',
             element('span', { class: 'to' }, show(change.to))))),
       ]), { class: 'grid' })
       : element('p', { class: 'muted' }, 'No audit records.'));

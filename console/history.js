@@ -177,7 +177,7 @@ async function compare(event) {
     const [old, now] = await Promise.all([from, to].map((revision) => api('fleet/revision', { revision })));
     const changes = differences(old.document, now.document, now.prune === true);
     const nodes = [];
-    if (old.prune !== now.prune) nodes.push(element('p', {}, `Prune: ${old.prune ? 'on' : 'off'} → ${now.prune ? 'on' : 'off'}`));
+    if (old.prune !== now.prune) nodes.push(element('p', {}, `Prune: ${old.prune ? 'on' : 'off'} -> ${now.prune ? 'on' : 'off'}`));
     if (!changes.length && old.prune === now.prune) {
       nodes.push(element('p', { class: 'summary none' }, `No differences: revisions ${from} and ${to} apply the same document.`));
     } else {

@@ -299,7 +299,7 @@ export function changeRows(changes, order) {
         row.append(element('ul', { class: 'fields' }, change.fields.map((field) => element('li', {},
           `${field.field}: `,
           element('span', { class: 'from' }, show(field.from)),
-          element('span', { class: 'arrow' }, ' → '),
+          element('span', { class: 'arrow' }, ' -> '),
           element('span', { class: 'to' }, show(field.to))))));
       }
       rows.push(row);

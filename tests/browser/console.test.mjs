@@ -153,7 +153,7 @@ test('the estate: a table per kind (plugin kinds too), filter, sort, and an obje
   assert.match(fields, /^Fields.*id.*pool_/);
   assert.match(fields, /accelerator=h100/);
   await page.locator('#object-audit td', { hasText: 'compute.pools.create' }).waitFor();
-  assert.match(await page.locator('#object-audit').textContent(), /fleet\.apply.*gpus: null → 64/);
+  assert.match(await page.locator('#object-audit').textContent(), /fleet\.apply.*gpus: null -> 64/);
   await shot(page, 'object');
   assert.deepEqual(problems, []);
 });

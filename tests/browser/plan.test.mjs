@@ -325,7 +325,7 @@ test('YAML documents plan as their JSON twins; an empty value shows as ""', asyn
   assert.equal(fromYaml.hash, fromJson.hash);
   assert.equal(fromYaml.json, fromJson.json);
   const fields = await page.locator('.change .fields').allTextContents();
-  assert.ok(fields.some((field) => field.includes('description: "" → Lab in Berlin')), fields.join('\n'));
+  assert.ok(fields.some((field) => field.includes('description: "" -> Lab in Berlin')), fields.join('\n'));
   // A key twice in JSON is refused in the browser, as on the server.
   await edit(page, '{"sites": {"lab": {"region": "a", "region": "b"}}}');
   assert.match(await page.locator('#errors').textContent(), /\/document\/sites\/lab\/region/);
