@@ -285,15 +285,14 @@ fn record(
         }
     };
     let (document, prune) = (request.document.get(), request.prune);
-    if proposal.is_none() && applied.applied == 0 && heal_token.is_none() {
-        if let Some(revision) = unchanged(db, &caller.tenant, document, prune)? {
-            // Nothing to record but the check it counts as (decision 0027).
-            db.execute(
-                "UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1",
-                params![&caller.tenant, &db::now()],
-            )?;
-            return Ok(revision);
-        }
+    if proposal.is_none()
+        && applied.applied == 0
+        && heal_token.is_none()
+        && let Some(revision) = unchanged(db, &caller.tenant, document, prune)?
+    {
+        // Nothing to record but the check it counts as (decision 0027).
+        db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&caller.tenant, &db::now()])?;
+        return Ok(revision);
     }
     let overrides = applied.overrides_json();
     let (applied_at, calls) = (db::now(), applied.applied);

@@ -157,8 +157,8 @@ impl Fixture {
     /// The tenant's last event of type `kind`.
     fn last_of(&self, tenant: &str, kind: &str) -> Value {
         let events = self.call(tenant, "compute.events.list", json!({}));
-        let events = events["events"].as_array().unwrap().iter().rev();
-        events.filter(|event| event["type"] == kind).cloned().next().unwrap_or(Value::Null)
+        let mut events = events["events"].as_array().unwrap().iter().rev();
+        events.find(|event| event["type"] == kind).cloned().unwrap_or(Value::Null)
     }
 
     fn status(&self, tenant: &str) -> Value {
