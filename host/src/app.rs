@@ -273,7 +273,7 @@ fn server(config: &Config, core: &Core) -> Server {
     let mut server = Server::new(core.dispatcher.clone(), core.metrics.clone(), exposition, core.wake.clone());
     server.limits = config.limits;
     server.body_limit = config.body_limit;
-    server.memory = crate::http::memory::RequestMemory::new(config.request_memory_total);
+    server.memory = crate::calls::memory::RequestMemory::new(config.request_memory_total);
     server.console_dir.clone_from(&config.console_dir);
     server
 }

@@ -86,7 +86,8 @@ pub fn seed(dispatcher: &Dispatcher, modules: &Modules) -> anyhow::Result<String
         Err(error) => return Err(error.into()),
     }
     db.execute(
-        "UPDATE tokens SET revoked_at = ?3 WHERE tenant = ?1 AND principal = ?2 AND revoked_at IS NULL",
+        "UPDATE tokens SET revoked_at = ?3 WHERE tenant = ?1 AND principal = ?2 AND revoked_at IS NULL
+           AND id NOT IN (SELECT heal_token FROM fleet_applied WHERE heal_token IS NOT NULL)",
         crate::db::params![TENANT, PRINCIPAL, &now],
     )?;
     let token = auth::create_token(&db, TENANT, PRINCIPAL, &["compute:*:* @ *".to_owned()], &now, None)?;

@@ -171,12 +171,11 @@ fn is_global_v6(v6: Ipv6Addr) -> bool {
         }
         // 2001:db8::/32 and 3fff::/20 documentation.
         [0x2001, 0x0db8, ..] => false,
-        [first, ..] if first & 0xfff0 == 0x3ff0 => false,
+        [0x3fff, second, ..] if second < 0x1000 => false,
         // Global unicast is 2000::/3; everything else (discard-only 100::/64, ULA
         // fc00::/7, link-local fe80::/10, site-local fec0::/10, multicast ff00::/8,
         // SRv6 5f00::/16 and the reserved rest) is not reachable from everywhere.
-        [first, ..] if first & 0xe000 == 0x2000 => first != 0x5f00,
-        _ => false,
+        [first, ..] => first & 0xe000 == 0x2000,
     }
 }
 

@@ -283,15 +283,33 @@ fn problem_lists_stop_at_a_hundred_and_no_body_shape_exhausts_the_server() {
         assert!(details["more"].as_u64().unwrap_or(0) >= 900, "{path}: {}", details["more"]);
     }
 
-    // The probe's body on a read any token may call: a small answer, whatever it is.
-    let mut probe = String::with_capacity(16 << 20);
-    probe.push('{');
-    let mut index = 0;
-    while probe.len() < (16 << 20) - 32 {
-        probe.push_str(&format!(r#""a{index}":1,"#));
-        index += 1;
+    // The probe's body (unknown keys, `"a1":1,`): a small answer from every method,
+    // whatever it is; at 2 MiB each, the shape is the probe's. Reading it does not
+    // depend on the database: the PostgreSQL run leaves it to this one.
+    if crate::support::postgres() {
+        return;
     }
-    probe.push_str(r#""last":1}"#);
+    let probe = |size: usize| {
+        let mut probe = String::with_capacity(size);
+        probe.push('{');
+        let mut index = 0;
+        while probe.len() < size - 32 {
+            probe.push_str(&format!(r#""a{index}":1,"#));
+            index += 1;
+        }
+        probe.push_str(r#""last":1}"#);
+        probe
+    };
+    let smaller = probe(2 << 20);
+    for method in catalogue["methods"].as_array().unwrap() {
+        let path = method["path"].as_str().unwrap();
+        let (status, body) = server.raw(Some(&token), path, smaller.clone());
+        let refused = matches!(code(&body), "INVALID_ARGUMENT" | "PAYLOAD_TOO_LARGE" | "RESOURCE_EXHAUSTED");
+        assert!(refused, "{path}: {status} {}", body.to_string().chars().take(300).collect::<String>());
+        assert!(body.to_string().len() < 64 << 10, "{path}: a small answer");
+    }
+    // Eight of the probe's own 16 MiB bodies at once hold what the total admits.
+    let probe = probe(16 << 20);
     let before = peak_memory(server.pid());
     let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
         let sent: Vec<_> = (0..8).map(|_| scope.spawn(|| server.raw(Some(&token), "/api/compute/sites/list", probe.clone()))).collect();

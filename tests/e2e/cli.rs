@@ -399,6 +399,18 @@ fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     let first = oldest["records"][0]["seq"].as_u64().unwrap();
     let next = stdout(&fleet(&server, &token, &["audit", "--after", &first.to_string(), "--id", pool.as_str().unwrap()]));
     assert!(next.lines().all(|line| line.contains(pool.as_str().unwrap())), "{next}");
+
+    // Put back by hand, then the applied document applied again: nothing to do and no
+    // revision to make, but the drift it finds gone ends, as any apply ends it.
+    server.ok(&token, "pools/update", json!({"id": pool, "gpus": 64}));
+    let again = server.ok(&token, "fleet/apply", json!({"document": estate()}));
+    assert_eq!(again["applied"], 0);
+    let status = server.ok(&token, "fleet/status", json!({}));
+    assert!(status.get("drift").is_none(), "{status}");
+    assert_eq!(status["applied"]["revision"], 1, "no revision for an apply that changed nothing");
+    let events = server.ok(&token, "events/list", json!({}))["events"].clone();
+    let types: Vec<&str> = events.as_array().unwrap().iter().map(|event| event["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["fleet.applied", "fleet.drifted", "fleet.converged"]);
 }
 
 #[test]

@@ -15,9 +15,11 @@
 //!   and so is `cargo build --release`: the suite runs on the build it was made by.
 //! - A block of `$ ` lines is a transcript: its other lines are output, each of which
 //!   (its parts between `…`) must appear in what the commands printed.
-//! - A command may exit 0, or 2 and 3 (fleet's "changes" and "blocked" for CI); 1 only
-//!   where the guide says it fails (a comment naming the refusal: `POLICY_DENIED`,
-//!   "refused", …). Anything else fails the guide, naming the line.
+//! - A command may exit 0; `fleet plan`, `status`, `diff` and `policy eval` also 2 and
+//!   3 (changes, blocked: their answers for CI); 1 only where the guide says it fails (a
+//!   comment naming the refusal: `POLICY_DENIED`, "refused", …). Anything else, in a
+//!   pipeline too, fails the guide, naming the command; so does a block that does not
+//!   run to its end.
 //! - Every guide starts where the README's set-up leaves a reader: `fleet serve --demo`
 //!   running, its token in `FLEET_TOKEN`.
 //! - `<!-- guide: before ... -->` just before a block runs first (what the prose asks
@@ -32,6 +34,8 @@ use std::process::Command;
 use crate::support::FLEET;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+/// What a block prints last when it ran to its end.
+const DONE: &str = "guide-block-ran-to-its-end";
 const PLUGINS_DIR: &str = env!("FLEET_PLUGINS_DIR");
 
 /// `fleet`, as the guides' reader has it: the binary, with `serve` in the background and
@@ -239,10 +243,11 @@ fn run(guide: &str) {
             ),
         };
         let script = format!(
-            "set -a; source {state}; [ -f token.env ] && source token.env && rm token.env\n\
-             trap 'echo \"$? $LINENO\" >> failures' ERR\n\
+            "set -a -E -o pipefail; source {state}; [ -f token.env ] && source token.env && rm token.env\n\
+             trap 'echo \"$? $LINENO $BASH_COMMAND\" >> failures' ERR\n\
              {before}\n{commands}\
-             export -p > {state}\n",
+             export -p > {state}\n\
+             echo {DONE}\n",
             state = state.display(),
             before = block.before.as_deref().map(as_run).unwrap_or_default(),
         );
@@ -265,14 +270,29 @@ fn run(guide: &str) {
             .unwrap();
         let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         let script_lines: Vec<&str> = script.lines().collect();
+        // The block ran to its end (no syntax error, no `exit` part-way).
+        if !(output.status.success() && said.contains(DONE)) {
+            failures
+                .push(format!("{guide}:{}: the block did not run to its end ({}):\n{said}", block.line, output.status));
+        }
         let failed = std::fs::read_to_string(dir.path().join("failures")).unwrap_or_default();
         for failure in failed.lines() {
-            let (code, line) = failure.split_once(' ').unwrap();
+            let mut parts = failure.splitn(3, ' ');
+            let (code, line, command) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
             let code: i32 = code.parse().unwrap();
-            let text = line.parse::<usize>().ok().and_then(|line| script_lines.get(line - 1)).copied().unwrap_or("?");
-            let fleet_signal = matches!(code, 2 | 3) && text.contains("fleet");
-            if !(fleet_signal || (code == 1 && said_to_fail(text))) {
-                failures.push(format!("{guide}:{}: `{}` exited {code}:\n{said}", block.line, text.trim()));
+            let text =
+                line.parse::<usize>().ok().and_then(|line| script_lines.get(line.max(1) - 1)).copied().unwrap_or("?");
+            // Changes to make (2) or blocked (3): a plan's, a status's, a diff's answer.
+            let signal = matches!(code, 2 | 3)
+                && ["fleet plan", "fleet status", "fleet diff", "fleet policy eval"]
+                    .iter()
+                    .any(|it| command.contains(it));
+            if !(signal || (code == 1 && said_to_fail(text))) {
+                failures.push(format!(
+                    "{guide}:{}: `{command}` (line `{}`) exited {code}:\n{said}",
+                    block.line,
+                    text.trim()
+                ));
             }
         }
         for line in &expected {

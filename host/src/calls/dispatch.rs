@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use crate::api::{ApiError, Code, Problem};
 use crate::calls::auth::{self, Caller, TokenCache};
 use crate::calls::context::{Ctx, Via};
+use crate::calls::memory::{Held, held_for};
 use crate::calls::registry::{Answer, Call, Method, MethodKind, Registry, Run, StateForm};
 use crate::db::{self, Conn, Pool, Tx};
 
@@ -101,7 +102,16 @@ impl Dispatcher {
 
     /// A request to the method at `path`: authenticate, find, authorize, run. A method
     /// that answers its state answers that when `state` asks for it.
-    pub fn handle(&self, authorization: Option<&str>, path: &str, body: &[u8], state: Option<StateForm>) -> Handled {
+    /// What the body holds of memory (`held`), if counted, grows by what reading it
+    /// takes when the method reads it here.
+    pub fn handle(
+        &self,
+        authorization: Option<&str>,
+        path: &str,
+        body: &[u8],
+        state: Option<StateForm>,
+        held: Option<&mut Held>,
+    ) -> Handled {
         let mut identity = None;
         let mut sandbox = std::time::Duration::ZERO;
         let reply = (|| {
@@ -115,7 +125,7 @@ impl Dispatcher {
                 let call = Call { caller, db, body: "{}", methods: &self.registry };
                 return Ok(Reply::State(form, reader(call, form)?));
             }
-            let answer = self.run(caller, db, method, body);
+            let answer = self.run(caller, db, method, body, held);
             sandbox = answer.sandbox;
             answer.output.map(Reply::Json)
         })();
@@ -125,7 +135,7 @@ impl Dispatcher {
     /// Runs `method` as `caller` on a request body: module methods get the parsed body
     /// in a transaction of their kind; composite methods get the connection and the body
     /// as it came.
-    pub fn run(&self, caller: Caller, db: Conn, method: &Method, body: &[u8]) -> Answer {
+    pub fn run(&self, caller: Caller, db: Conn, method: &Method, body: &[u8], held: Option<&mut Held>) -> Answer {
         if self.read_only && method.kind == MethodKind::Mutation {
             let message = format!("{} is not available: this deployment is read-only", method.name);
             return Answer::from(Err(ApiError::new(Code::Unsupported, message)));
@@ -136,7 +146,9 @@ impl Dispatcher {
                     MethodKind::Read => Tx::Read,
                     MethodKind::Mutation => Tx::Write(&caller.tenant),
                 };
-                let output = parse_body_with(body, method.multiline).and_then(|input| {
+                // Reading the body as JSON is held too, up to its budget, before it begins.
+                let reading = held.map_or(Ok(()), |held| held.grow_to(held_for(body.len())));
+                let output = reading.and_then(|()| parse_body_with(body, method.multiline)).and_then(|input| {
                     db::transaction(&db, mode, |db| handler(&Ctx { caller: &caller, db, via: Via::Api }, input))
                 });
                 if output.is_ok() && method.kind == MethodKind::Mutation {
@@ -157,7 +169,7 @@ impl Dispatcher {
     /// Runs the method named `name` as `caller`, in this process (the demo's seed).
     pub fn run_named(&self, caller: Caller, name: &str, body: &[u8]) -> Result<String, ApiError> {
         let method = self.authorize(&caller, name)?;
-        self.run(caller, self.db.get()?, method, body).output
+        self.run(caller, self.db.get()?, method, body, None).output
     }
 }
 

@@ -29,8 +29,9 @@ pub fn members(body: &str) -> Result<Vec<(String, &RawValue)>, ApiError> {
 
         fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
             let mut members: Vec<(String, &'de RawValue)> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
             while let Some(name) = map.next_key::<String>()? {
-                if members.iter().any(|(seen, _)| *seen == name) {
+                if !seen.insert(name.clone()) {
                     *self.0.borrow_mut() = Some(name);
                     return Err(de::Error::custom("a duplicate key"));
                 }

@@ -285,15 +285,49 @@ fn record(
         }
     };
     let (document, prune) = (request.document.get(), request.prune);
-    if proposal.is_none()
-        && applied.applied == 0
-        && heal_token.is_none()
-        && let Some(revision) = unchanged(db, &caller.tenant, document, prune)?
-    {
-        // Nothing to record but the check it counts as (decision 0027).
-        db.execute("UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1", params![&caller.tenant, &db::now()])?;
-        return Ok(revision);
+    // An apply that changes nothing (no call, no override, no heal asked for, the
+    // document applied already) records no revision: only the check it counts as, and
+    // the end of a drift it finds gone (decision 0027).
+    let unchanged =
+        match proposal.is_none() && applied.applied == 0 && heal_token.is_none() && applied.overrides.is_empty() {
+            true => unchanged(db, &caller.tenant, document, prune)?,
+            false => None,
+        };
+    let revision = match unchanged {
+        Some(revision) => {
+            db.execute(
+                "UPDATE fleet_applied SET checked_at = ?2 WHERE tenant = ?1",
+                params![&caller.tenant, &db::now()],
+            )?;
+            revision
+        }
+        None => record_revision(planning, db, caller, &request, applied, heal_token, proposal)?,
+    };
+    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
+    if was_drifted {
+        events::publish(
+            &planning.metrics,
+            db,
+            &caller.tenant,
+            events::CONVERGED,
+            &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
+        )?;
     }
+    Ok(revision)
+}
+
+/// Inside apply's transaction: the applied document as the tenant's next revision,
+/// `fleet.applied`, and the applied document's row. Answers the revision.
+fn record_revision(
+    planning: &Planning,
+    db: &Conn,
+    caller: &Caller,
+    request: &ApplyRequest,
+    applied: &Applied,
+    heal_token: Option<&str>,
+    proposal: Option<i64>,
+) -> Result<i64, ApiError> {
+    let (document, prune, plan) = (request.document.get(), request.prune, &applied.plan);
     let overrides = applied.overrides_json();
     let (applied_at, calls) = (db::now(), applied.applied);
     let kept = history::Kept {
@@ -329,16 +363,6 @@ fn record(
             heal_token,
         ],
     )?;
-    let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
-    if was_drifted {
-        events::publish(
-            &planning.metrics,
-            db,
-            &caller.tenant,
-            events::CONVERGED,
-            &json!({ "planHash": plan.plan_hash, "summary": plan.summary, "since": db::now() }),
-        )?;
-    }
     Ok(revision)
 }
 

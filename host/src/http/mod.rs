@@ -5,7 +5,6 @@
 
 pub mod connection;
 pub mod console;
-pub mod memory;
 mod openapi;
 pub mod sse;
 pub mod tls;
@@ -33,6 +32,7 @@ use tracing::Instrument;
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::dispatch::Reply;
+use crate::calls::memory::{Held, RequestMemory};
 use crate::calls::registry::StateForm;
 use crate::events::Wake;
 use crate::http::connection::{Activity, Enveloped, Limits, TimedIo, Tracked};
@@ -54,7 +54,7 @@ pub struct Server {
     pub limits: Limits,
     pub body_limit: usize,
     /// What requests hold while they are served, against one total.
-    pub memory: Arc<memory::RequestMemory>,
+    pub memory: Arc<RequestMemory>,
     /// Accepts HTTPS connections, when the server serves HTTPS.
     pub tls: Option<tls::TlsAcceptor>,
     pub metrics: Metrics,
@@ -70,8 +70,8 @@ pub struct Server {
     description: Value,
 }
 
-/// The memory requests may hold at once unless the deployment says otherwise: sixty
-/// bodies of the largest size at once, read.
+/// The memory requests may hold at once unless the deployment says otherwise: about
+/// sixty bodies of the largest size while they wait, three while methods read them.
 pub const DEFAULT_REQUEST_MEMORY: usize = 1 << 30;
 
 impl Server {
@@ -81,7 +81,7 @@ impl Server {
             dispatcher,
             limits: Limits::default(),
             body_limit: 16 << 20,
-            memory: memory::RequestMemory::new(DEFAULT_REQUEST_MEMORY),
+            memory: RequestMemory::new(DEFAULT_REQUEST_MEMORY),
             tls: None,
             metrics,
             exposition,
@@ -374,10 +374,10 @@ async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut Request
     let path = request.uri().path().to_owned();
     let authorization = bearer(&request)?;
     let state = request.headers().get(ACCEPT).and_then(|accept| StateForm::accepted(accept.as_bytes()));
-    let (body, held) = read_body(request, server.body_limit, server.limits.body_timeout, &server.memory).await?;
+    let (body, mut held) = read_body(request, server.body_limit, server.limits.body_timeout, &server.memory).await?;
     let dispatcher = server.dispatcher.clone();
     let handled = tokio::task::spawn_blocking(move || {
-        let handled = dispatcher.handle(Some(&authorization), &path, &body, state);
+        let handled = dispatcher.handle(Some(&authorization), &path, &body, state, Some(&mut held));
         drop((body, held));
         handled
     })
@@ -406,25 +406,27 @@ const MIN_BODY_RATE: u64 = 64 << 10;
 
 /// Reads a body of at most `limit` bytes, of which some must arrive every `pause`, and
 /// all of it within `pause` plus a second per [`MIN_BODY_RATE`] bytes received: a body
-/// trickled in a byte at a time ends there, not never. What it and its reading hold is
-/// held in `memory` as it arrives, and given back when the answer is made.
+/// trickled in a byte at a time ends there, not never. Its bytes are held in `memory`
+/// as they arrive (what a header declares reserves nothing), and given back when the
+/// answer is made.
 async fn read_body(
     request: Request<Incoming>,
     limit: usize,
     pause: Duration,
-    memory: &Arc<memory::RequestMemory>,
-) -> Result<(Bytes, memory::Held), ApiError> {
+    memory: &Arc<RequestMemory>,
+) -> Result<(Bytes, Held), ApiError> {
     let too_large =
         || ApiError::new(Code::PayloadTooLarge, format!("the request body is larger than the limit of {limit} bytes"));
     let declared = request.headers().get(CONTENT_LENGTH).and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    let mut held = memory.hold(memory::held_for(declared.unwrap_or(0) as usize))?;
+    let mut held = memory.hold(0)?;
     let started = tokio::time::Instant::now();
     let mut arrived = started;
     let mut body = Limited::new(request.into_body(), limit);
-    let mut collected = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    // Room for what is declared, up to a megabyte: a declaration alone costs no more.
+    let mut collected = Vec::with_capacity((declared.unwrap_or(0) as usize).min(1 << 20));
     loop {
         let allowed = pause + Duration::from_secs_f64(collected.len() as f64 / MIN_BODY_RATE as f64);
         let left = allowed.saturating_sub(started.elapsed());
@@ -447,7 +449,7 @@ async fn read_body(
             None => return Ok((Bytes::from(collected), held)),
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    held.grow_to(memory::held_for(collected.len() + data.len()))?;
+                    held.grow_to((collected.len() + data.len()).next_power_of_two())?;
                     collected.extend_from_slice(data);
                     arrived = tokio::time::Instant::now();
                 }

@@ -174,9 +174,13 @@ impl Deliverer {
         tokio::pin!(shutdown);
         let ended = Arc::new(tokio::sync::Notify::new());
         let mut wait = Duration::ZERO;
+        // Whether the wake can still come: a closed channel is ready at once, forever.
+        let mut wakes = true;
         loop {
             tokio::select! {
-                _ = woken.recv() => {}
+                woke = woken.recv(), if wakes => {
+                    wakes = !matches!(woke, Err(tokio::sync::broadcast::error::RecvError::Closed));
+                }
                 () = ended.notified() => {}
                 () = tokio::time::sleep(wait) => {}
                 () = &mut shutdown => return,

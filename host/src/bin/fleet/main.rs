@@ -733,7 +733,7 @@ impl Serve {
         config.read_only = self.read_only;
         config.body_limit = usize::try_from(self.body_limit).context("--body-limit does not fit this machine")?;
         config.request_memory_total = (self.request_memory_total_mib as usize) << 20;
-        let largest = fleet::http::memory::held_for(config.body_limit);
+        let largest = fleet::calls::memory::held_for(config.body_limit);
         if largest > config.request_memory_total {
             bail!(
                 "--request-memory-total-mib {} cannot hold one request of --body-limit {} bytes, which may take {} MiB \

@@ -1,9 +1,11 @@
 //! The memory requests hold, counted against one total (`serve
-//! --request-memory-total-mib`): a request's body and what reading it as JSON may take,
-//! from its first byte until its answer is made. The sandboxes' total covers what
-//! planners take; this covers what the host takes for them before and around a
-//! planner (a plan waiting for a core holds its body) and for every other method. A
-//! request that would pass the total is refused at once with `Retry-After`, not queued.
+//! --request-memory-total-mib`): a request's body as its bytes arrive, from its first
+//! byte until its answer is made, and what reading it as JSON takes, held when a method
+//! reads it. The sandboxes' total covers what planners take; this covers what the host
+//! takes for them before and around a planner (a plan waiting for a core holds its
+//! body) and for every other method. A request that would pass the total is refused at
+//! once with `Retry-After`, not queued; what it held is given back when it is dropped,
+//! on every path (an error, a client gone, a panic).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,8 +14,8 @@ use fleet_guest::json::Reading;
 
 use crate::api::{ApiError, Code};
 
-/// What a request of `length` bytes holds: its body, and the most reading it as JSON
-/// may take ([`Reading::bounded`]).
+/// What a request of `length` bytes holds while a method reads it: its body, and the
+/// most reading it as JSON may take ([`Reading::bounded`]).
 pub fn held_for(length: usize) -> usize {
     length.saturating_add(Reading::bounded(&[], length).budget)
 }
@@ -104,6 +106,6 @@ mod tests {
         drop(second);
         drop(first);
         assert_eq!(memory.used(), 0);
-        assert!(held_for(16 << 20) > 5 * (16 << 20), "a body and four times it to read");
+        assert!(held_for(16 << 20) > 17 * (16 << 20), "a body and sixteen times it to read");
     }
 }
