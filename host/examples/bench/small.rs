@@ -65,7 +65,7 @@ pub fn handler_alone(server: &Server, args: &Args) -> Result<()> {
     eprint!("fleet's handler: ");
     crate::support::repeat(args.seconds, || {
         let handled =
-            app.core.dispatcher.handle(Some(&authorization), "/api/compute/fleet/plan", request.as_bytes(), None);
+            app.core.dispatcher.handle(Some(&authorization), "/api/compute/fleet/plan", request.as_bytes(), None, None);
         handled.reply.map(|_| ()).map_err(|error| error.message)
     });
     let snapshot = app.core.planning.state.snapshot(&app.core.db.get()?, &caller)?;
