@@ -30,10 +30,9 @@ pub fn register(registry: &mut Registry) {
     let mut filters = Page::schema_properties();
     filters.insert("id".into(), crate::calls::schema::text_schema());
     filters.insert("kind".into(), crate::calls::schema::text_schema());
-    filters.insert(
-        "key".into(),
-        json!({"type": "string", "description": "An object's name as FleetConfig keys it (or its id): its records alone."}),
-    );
+    let mut key = crate::calls::schema::text_schema();
+    key["description"] = json!("An object's name as FleetConfig keys it (or its id): its records alone.");
+    filters.insert("key".into(), key);
     filters.insert(
         "before".into(),
         json!({"type": "integer", "minimum": 1, "maximum": crate::calls::input::MAX_COUNT,
