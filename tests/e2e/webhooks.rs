@@ -382,7 +382,7 @@ fn a_backlog_costs_its_attempts_and_nothing_while_it_waits() {
         "INSERT INTO webhook_deliveries (tenant, webhook, message, type, body, state, created_ms, next_ms) VALUES {}",
         rows.join(",")
     ));
-    let attempts = |sql: &mut crate::support::Sql| sql.number("SELECT coalesce(sum(attempts), 0) FROM webhook_deliveries");
+    let attempts = |sql: &mut crate::support::Sql| sql.number("SELECT CAST(coalesce(sum(attempts), 0) AS BIGINT) FROM webhook_deliveries");
 
     // Draining: the CPU it takes is the attempts'.
     let (cpu, started) = (cpu_seconds(server.pid()), Instant::now());
