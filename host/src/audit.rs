@@ -80,7 +80,11 @@ pub fn record(ctx: &Ctx, method: &str, kind: &str, id: &str, changes: &[FieldCha
 fn list(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let page = input.page();
-    let before = input.count("before", false).map_or(i64::MAX, |before| i64::try_from(before).unwrap_or(i64::MAX));
+    let before = input.count("before", false);
+    if before == Some(0) {
+        input.problem("before", "must be a sequence number, 1 or more");
+    }
+    let before = before.map_or(i64::MAX, |before| i64::try_from(before).unwrap_or(i64::MAX));
     let newest = match input.string("order", false).as_deref() {
         None | Some("oldest") => false,
         Some("newest") => true,

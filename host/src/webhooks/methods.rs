@@ -54,7 +54,7 @@ pub fn register(
             "secret": {"type": "string", "pattern": "^whsec_(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
                 "description": "whsec_ and the base64 of 24 to 63 random bytes; without it a webhook put again keeps its secret"},
             "rotate": {"type": "boolean", "default": false,
-                "description": "Make a new secret for a webhook put again (not with secret)."}}});
+                "description": "Make a new secret for a webhook put again (a secret given is the new one)."}}});
     registry.register(
         Method::new("webhooks", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&reach, per_tenant, types, ctx, body)))
             .phase("v0.4")
@@ -174,10 +174,8 @@ fn put(reach: &Reach, per_tenant: usize, types: &[&str], ctx: &Ctx, body: Value)
     let url = input.string("url", true);
     let events = input.take_value("events");
     let secret = input.string("secret", false);
+    // A secret given is the one rotated to; `rotate` asks for a new one made here.
     let rotate = input.boolean("rotate", false).unwrap_or(false);
-    if rotate && secret.is_some() {
-        input.problem("rotate", "give a secret or ask for a new one (rotate), not both");
-    }
     let target = url.as_deref().map(|url| reach.target(url)).transpose().unwrap_or_else(|why| {
         input.problem("url", why);
         None
