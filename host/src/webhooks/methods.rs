@@ -38,8 +38,7 @@ pub fn register(
     let name = json!({"type": "string", "pattern": NAME_PATTERN});
     let by_name =
         json!({"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": name}});
-    let mut kinds: Vec<&str> = types.to_vec();
-    kinds.push("*");
+    let kinds: Vec<&str> = types.to_vec();
     // An https URL (or http, when the deployment allows it), with no credentials and a
     // port, if it names one, from 1 to 65535.
     const AUTHORITY: &str = "(?:\\[[0-9A-Fa-f:.]+\\]|[^\\u0000-\\u0020\\u007f-\\u009f@:/?#\\[\\]]+)\
@@ -50,7 +49,10 @@ pub fn register(
         "properties": {
             "name": name,
             "url": {"type": "string", "maxLength": 2048, "pattern": url_pattern},
-            "events": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": kinds}},
+            // Event types, each once, or `["*"]` alone: every type.
+            "events": {"oneOf": [
+                {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": kinds}},
+                {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string", "const": "*"}}]},
             "secret": {"type": "string", "pattern": "^whsec_(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
                 "description": "whsec_ and the base64 of 24 to 63 random bytes; without it a webhook put again keeps its secret"},
             "rotate": {"type": "boolean", "default": false,
