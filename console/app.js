@@ -1,7 +1,7 @@
 // The console (SPEC §16): the page's wiring — the sign-in form, routing between the
 // views and mounting them, and the live event stream. The session and the API client
 // are session.js's, below every view; each view is its own module; the planner runs in
-// the browser (planner.js, plan.js).
+// the browser (planner.js, load.js, plan.js).
 
 import { $, element } from './dom.js';
 import {

@@ -4,7 +4,8 @@
 
 import { $, element, own, plural, shortHash, show, when } from './dom.js';
 import { SignedOut, api, explain, tenant } from './session.js';
-import { changeRows, planDocument } from './plan.js';
+import { planDocument } from './plan.js';
+import { changeRows } from './render.js';
 
 /** Revisions read per page. */
 const PAGE = 50;

@@ -1,13 +1,14 @@
 // The Plan view: a document typed, pasted or dropped, planned in the browser by the
 // planner component (with the tenant's plugins and policies, from the snapshot) on
 // every edit, and applied through the server on confirmation with the plan hash shown.
-// History's rollback plans a revision's document here too.
+// History's rollback plans a revision's document here too. The component is loaded by
+// load.js; the change lines and verdicts are drawn by render.js, as other views draw them.
 
-import { COMPONENT_JS, PlannerError, loadPlanner, loadPlugins } from './planner.js';
-import { $, element, kindNoun, kindTitle, plural, show } from './dom.js';
+import { PlannerError } from './planner.js';
+import { importYaml, newPlanner } from './load.js';
+import { changeRows, renderVerdicts } from './render.js';
+import { $, element, kindNoun, plural } from './dom.js';
 import { ApiFailure, SignedOut, api, explain, loadTenant, showNotice, tenant } from './session.js';
-
-const ASSETS = new URL('/console/assets/', location.href);
 
 /** The plan view's state: the planner over the current snapshot and the last plan. */
 const session = {
@@ -25,58 +26,6 @@ const session = {
 
 // ---- the planner ------------------------------------------------------------------
 
-let componentModule = null;
-
-/**
- * The `getCoreModule` of a transpiled component whose files are under `base`: each core
- * module is compiled once per page; instances are made per snapshot.
- */
-function coreModulesAt(base) {
-  const compiled = new Map();
-  return (name) => {
-    if (!compiled.has(name)) compiled.set(name, WebAssembly.compileStreaming(fetch(new URL(name, base))));
-    return compiled.get(name);
-  };
-}
-
-const getCoreModule = coreModulesAt(ASSETS);
-
-/**
- * A module plugin transpiled by `console/build.sh` into `plugins/<digest>/`: its
- * component module and core modules, or an explanation of how to transpile it.
- */
-async function importPlugin(digest) {
-  const base = new URL(`plugins/${digest}/`, ASSETS);
-  const url = new URL('plugin.js', base);
-  const probe = await fetch(url, { method: 'GET', cache: 'no-cache' });
-  if (!probe.ok) {
-    const message = `a module plugin of this server (sha256 ${digest}) is not transpiled for the console: ` +
-      'run console/build.sh with the plugin file';
-    throw Object.assign(new Error(message), { missingAssets: true });
-  }
-  return [await import(url.href), coreModulesAt(base)];
-}
-
-/** Imports the transpiled component, or explains how to build it. */
-async function importComponent() {
-  if (componentModule) return componentModule;
-  const url = new URL(COMPONENT_JS, ASSETS);
-  const probe = await fetch(url, { method: 'GET', cache: 'no-cache' });
-  if (!probe.ok) {
-    const body = await probe.json().catch(() => ({}));
-    throw Object.assign(new Error(body?.error?.message ?? `HTTP ${probe.status}`), { missingAssets: true });
-  }
-  componentModule = await import(url.href);
-  return componentModule;
-}
-
-/** A planner instance over `snapshot`, with its plugins. */
-async function newPlanner(snapshot) {
-  const component = await importComponent();
-  const plugins = await loadPlugins(snapshot, importPlugin);
-  return loadPlanner(component, getCoreModule, snapshot, plugins);
-}
-
 /**
  * After every (re)load of the tenant: a planner over the new snapshot, and the editor
  * reset to the export unless it holds an edit. Without the transpiled planner the
@@ -93,7 +42,7 @@ export async function showTenantInPlan() {
   let failure = null;
   try {
     planner = await newPlanner(snapshot);
-    session.yaml ??= await import(new URL('js-yaml.mjs', ASSETS).href);
+    session.yaml ??= await importYaml();
   } catch (error) {
     failure = error;
   }
@@ -261,7 +210,7 @@ function renderPlan(plan, text) {
     blocked.append(element('h4', {}, 'Blocked: apply is refused until these are resolved'), list);
   }
 
-  renderVerdicts(plan.policy);
+  renderVerdicts(plan.policy, $('verdicts'));
   const denied = (plan.summary.denied ?? 0) > 0;
   const needsApproval = (plan.summary.approvalRequired ?? 0) > 0;
   $('plan-hash').textContent = plan.planHash;
@@ -278,68 +227,6 @@ function renderPlan(plan, text) {
   const enforced = (plan.policy?.verdicts ?? []).some((verdict) => verdict.rule === 'deny' && verdict.level === 'enforced');
   $('propose').disabled = session.busy || plan.blocked.length > 0 || enforced || calls === 0;
   $('propose').title = calls === 0 ? 'nothing to propose' : 'keep this plan as a proposal, for others to review';
-}
-
-/**
- * A plan's (or a difference's) change lines by kind, in `order` and then any other kind
- * they name: `{kind, action, text, fields?: [{field, from, to}]}` each.
- */
-export function changeRows(changes, order) {
-  const rows = [];
-  const kinds = [...new Set([...order, ...changes.map((change) => change.kind)])];
-  for (const kind of kinds) {
-    const ofKind = changes.filter((change) => change.kind === kind);
-    if (ofKind.length === 0) continue;
-    rows.push(element('div', { class: 'kind' }, kindTitle(kind)));
-    for (const change of ofKind) {
-      const sign = change.text.charAt(0);
-      const row = element('div', { class: `change ${sign === '!' ? 'blocked' : change.action}` },
-        element('div', { class: 'text' }, change.text));
-      if (change.fields?.length && sign !== '+') {
-        row.append(element('ul', { class: 'fields' }, change.fields.map((field) => element('li', {},
-          `${field.field}: `,
-          element('span', { class: 'from' }, show(field.from)),
-          element('span', { class: 'arrow' }, ' -> '),
-          element('span', { class: 'to' }, show(field.to))))));
-      }
-      rows.push(row);
-    }
-  }
-  return rows;
-}
-
-/**
- * The verdicts of the policies in force (SPEC §14, §17), as the CLI prints them: `!` for
- * a denial of a mandatory or enforced policy, `=` for an approval it requires, `?` for a
- * warning (an advisory denial or approval too).
- */
-export function renderVerdicts(policy, box = $('verdicts')) {
-  const verdicts = policy?.verdicts ?? [];
-  box.hidden = verdicts.length === 0;
-  box.replaceChildren();
-  if (!verdicts.length) return;
-  const list = element('ul');
-  let denials = 0;
-  let approvals = 0;
-  for (const verdict of verdicts) {
-    const binding = verdict.level !== 'advisory';
-    const denies = binding && verdict.rule === 'deny';
-    const approval = binding && verdict.rule === 'require_approval';
-    if (denies) denials += 1;
-    if (approval) approvals += 1;
-    const object = [verdict.kind, verdict.key].filter(Boolean).join(' ');
-    const [mark, kind] = denies ? ['!', 'denied'] : approval ? ['=', 'approval'] : ['?', 'warning'];
-    list.append(element('li', { class: kind },
-      `${mark} policy `, element('code', {}, verdict.policy), ` (${verdict.level}): ${verdict.message}`,
-      object ? element('span', { class: 'object' }, ` (${object})`) : ''));
-  }
-  const heading = denials
-    ? `Denied by policy: apply is refused (${plural(denials, 'denial')})`
-    : approvals
-      ? `Approval required: propose this plan and have it reviewed (${plural(approvals, 'verdict')})`
-      : 'Policy warnings';
-  box.className = `verdicts${denials ? ' denied' : ''}`;
-  box.append(element('h4', {}, heading), list);
 }
 
 function showPlanError(error) {

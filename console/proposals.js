@@ -5,7 +5,8 @@
 
 import { $, element, plural, shortHash, when } from './dom.js';
 import { ApiFailure, SignedOut, api, explain, tenant } from './session.js';
-import { changeRows, judgeProposal, renderVerdicts } from './plan.js';
+import { judgeProposal } from './plan.js';
+import { changeRows, renderVerdicts } from './render.js';
 
 /** Counts reads of the view: an answer for an older read is dropped. */
 let reads = 0;

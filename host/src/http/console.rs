@@ -36,11 +36,13 @@ macro_rules! scripts {
         [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
     };
 }
-const SCRIPTS: [(&str, &str, &str); 11] = scripts![
+const SCRIPTS: [(&str, &str, &str); 13] = scripts![
     "app.js",
     "session.js",
     "dom.js",
     "planner.js",
+    "load.js",
+    "render.js",
     "plan.js",
     "status.js",
     "estate.js",
