@@ -127,3 +127,74 @@ fn every_request_is_one_structured_log_event() {
     assert_eq!(missing["status"], 404);
     assert_eq!(missing["code"], "NOT_FOUND");
 }
+
+/// SPEC §2: every answer names its request in `X-Request-Id` (the client's own when it
+/// is 1–128 visible ASCII characters), an error's envelope carries the same id, and so
+/// does every log line of the request's span, the handler's own lines too.
+#[test]
+fn every_answer_its_error_and_its_log_lines_name_the_request() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("server.log");
+    let launch =
+        Launch { open_files: None, stderr: Some(log.clone()), env: vec![("RUST_LOG", "fleet=debug")], db: None };
+    let server = Server::launch(tempfile::tempdir().unwrap(), &["--log-format", "json"], &launch);
+    let token = server.tenant_with_token("acme");
+    let http = reqwest::blocking::Client::new();
+    let send = |path: &str, id: Option<&str>, body: Value| {
+        let mut request = http.post(format!("{}{path}", server.base)).bearer_auth(&token).body(body.to_string());
+        if let Some(id) = id {
+            request = request.header("X-Request-Id", id);
+        }
+        let response = request.send().unwrap();
+        let header = response.headers().get("x-request-id").map(|id| id.to_str().unwrap().to_owned());
+        let header = header.unwrap_or_else(|| panic!("{path} answered without X-Request-Id"));
+        (response.status().as_u16(), header, response.json::<Value>().unwrap_or(Value::Null))
+    };
+    let is_new = |id: &str| id.len() == 32 && id.bytes().all(|byte| byte.is_ascii_hexdigit());
+
+    // A client's own id is kept, on a success and on an error alike.
+    let (status, id, _) = send("/api/compute/fleet/plan", Some("plan-7/retry:1"), json!({"document": estate()}));
+    assert_eq!((status, id.as_str()), (200, "plan-7/retry:1"));
+    let missing = json!({"id": "pool_aaaaaaaaaaaaaaaaaaaaaaaaaa"});
+    let (status, id, body) = send("/api/compute/pools/get", Some("get-1"), missing.clone());
+    assert_eq!((status, id.as_str(), &body["error"]["requestId"]), (404, "get-1", &json!("get-1")), "{body}");
+    // Any other is replaced by a new one, which the envelope names too.
+    for refused in [Some("two words"), Some(&*"x".repeat(129)), None] {
+        let (status, id, body) = send("/api/compute/pools/get", refused, missing.clone());
+        assert_eq!(status, 404);
+        assert!(is_new(&id), "{refused:?} -> {id}");
+        assert_eq!(body["error"]["requestId"], id.as_str());
+    }
+    let (_, first, _) = send("/api/compute/pools/get", None, missing.clone());
+    let (_, second, _) = send("/api/compute/pools/get", None, missing.clone());
+    assert_ne!(first, second, "each request its own id");
+    // Routes besides the methods, and a request hyper refuses before any route runs.
+    let health = http.get(format!("{}/healthz", server.base)).header("X-Request-Id", "hc").send().unwrap();
+    assert_eq!(health.headers()["x-request-id"], "hc");
+    let (status, id, body) = send("/api/compute/no/such", Some("lost"), json!({}));
+    assert_eq!((status, id.as_str(), &body["error"]["requestId"]), (404, "lost", &json!("lost")));
+    let mut raw = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    std::io::Write::write_all(&mut raw, b"POST /api/compute/pools/get HTTP/1.1\r\nHost: x\r\nX-Request-Id: mine\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let body: Value = serde_json::from_str(body).unwrap();
+    let id = body["error"]["requestId"].as_str().unwrap();
+    assert!(head.starts_with("HTTP/1.1 400") && is_new(id) && head.contains(&format!("x-request-id: {id}")), "{answer}");
+    drop(server);
+
+    // Every log line of a request's span names its id: the request's own event, and the
+    // lines of the handler that ran the planner on a blocking thread.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<Value> = text.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok()).collect();
+    let in_request = |event: &&Value| {
+        event["spans"].as_array().is_some_and(|spans| spans.iter().any(|span| span["name"] == "request"))
+    };
+    let of_plan: Vec<&Value> =
+        events.iter().filter(in_request).filter(|event| event["span"]["request_id"] == "plan-7/retry:1").collect();
+    assert!(of_plan.iter().any(|event| event["target"] == "fleet::request"), "the request's event: {text}");
+    assert!(of_plan.iter().any(|event| event["message"] == "the planner ran"), "the handler's line: {text}");
+    for event in events.iter().filter(in_request) {
+        assert!(event["span"]["request_id"].as_str().is_some_and(|id| !id.is_empty()), "{event}");
+    }
+}

@@ -281,11 +281,16 @@ fn envelope_for(head: &[u8]) -> Option<Vec<u8>> {
         ),
         _ => return None,
     };
-    let body = error.body().to_string();
+    // No request was read, so none named itself: the answer gets a new id.
+    let id = super::request_id::RequestId::new();
+    let mut body = error.body();
+    body["error"]["requestId"] = serde_json::Value::from(id.as_str());
+    let body = body.to_string();
     Some(
         format!(
-            "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
+            "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}: {id}\r\nconnection: close\r\n\r\n{body}",
+            body.len(),
+            super::request_id::HEADER,
         )
         .into_bytes(),
     )
@@ -449,6 +454,8 @@ mod tests {
             assert!(answer_head.contains(&format!("content-length: {}", body.len())), "{answer}");
             let body: serde_json::Value = serde_json::from_str(body).expect("JSON");
             assert_eq!(body["error"]["code"], code, "{answer}");
+            let id = body["error"]["requestId"].as_str().expect("a request id");
+            assert!(answer_head.contains(&format!("x-request-id: {id}\r\n")), "{answer}");
         }
         for own in [
             "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",

@@ -6,6 +6,7 @@
 pub mod connection;
 pub mod console;
 mod openapi;
+pub mod request_id;
 pub mod sse;
 pub mod tls;
 
@@ -36,6 +37,7 @@ use crate::calls::memory::{Held, RequestMemory};
 use crate::calls::registry::StateForm;
 use crate::events::Wake;
 use crate::http::connection::{Activity, Enveloped, Limits, TimedIo, Tracked};
+use crate::http::request_id::RequestId;
 use crate::metrics::Metrics;
 
 pub use openapi::openapi;
@@ -294,9 +296,13 @@ async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response<Bod
     let started = std::time::Instant::now();
     let mut log =
         RequestLog { method: "other".into(), tenant: None, principal: None, error: None, sandbox: Duration::ZERO };
-    // What the server logs while serving the request carries its span.
-    let span = tracing::info_span!("request", path = %request.uri().path());
-    let response = route(&server, request, &mut log).instrument(span.clone()).await;
+    // What the server logs while serving the request carries its span, and the span
+    // names the request's id; so does its answer, and the envelope of its error.
+    let id = RequestId::of(request.headers());
+    let span = tracing::info_span!("request", path = %request.uri().path(), request_id = %id);
+    let serving = route(&server, request, &mut log).instrument(span.clone());
+    let mut response = id.clone().scope(serving).await;
+    response.headers_mut().insert(request_id::HEADER, id.header());
     let elapsed = started.elapsed();
     server.metrics.request(&log.method, response.status().as_u16(), elapsed);
     span.in_scope(|| log.emit(response.status(), elapsed));
@@ -376,7 +382,10 @@ async fn call(server: Arc<Server>, request: Request<Incoming>, log: &mut Request
     let state = request.headers().get(ACCEPT).and_then(|accept| StateForm::accepted(accept.as_bytes()));
     let (body, mut held) = read_body(request, server.body_limit, server.limits.body_timeout, &server.memory).await?;
     let dispatcher = server.dispatcher.clone();
+    // The handler's own log lines are the request's too.
+    let span = tracing::Span::current();
     let handled = tokio::task::spawn_blocking(move || {
+        let _serving = span.enter();
         let handled = dispatcher.handle(Some(&authorization), &path, &body, state, Some(&mut held));
         drop((body, held));
         handled
@@ -492,7 +501,11 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
 /// The error envelope with a status of HTTP's own rather than the code's: 431 carries
 /// `PAYLOAD_TOO_LARGE` (docs/decisions/0021).
 fn error_response_as(status: StatusCode, error: &ApiError) -> Response<Body> {
-    let mut response = json(status, &error.body());
+    let mut body = error.body();
+    if let Some(id) = RequestId::current() {
+        body["error"]["requestId"] = Value::from(id.as_str());
+    }
+    let mut response = json(status, &body);
     match (error.retry_after, error.code) {
         (Some(seconds), _) => {
             response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));

@@ -89,7 +89,30 @@ pub fn openapi(registry: &Registry) -> Value {
                                          "description": "the event, as compute.events.list returns it"}}}}}},
                 "default": error}}}),
     );
+    name_requests(&mut description);
     description
+}
+
+/// Every operation takes a client's `X-Request-Id`, and every answer carries one (SPEC §2).
+fn name_requests(description: &mut Value) {
+    let Some(paths) = description["paths"].as_object_mut() else { return };
+    for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
+        let parameter = json!({"$ref": "#/components/parameters/RequestId"});
+        match operation["parameters"].as_array_mut() {
+            Some(parameters) => parameters.push(parameter),
+            None => operation["parameters"] = json!([parameter]),
+        }
+        let Some(responses) = operation["responses"].as_object_mut() else { continue };
+        for response in responses.values_mut() {
+            response["headers"]["X-Request-Id"] = json!({"$ref": "#/components/headers/RequestId"});
+        }
+    }
+    let id = json!({"type": "string", "pattern": "^[!-~]{1,128}$"});
+    description["components"]["parameters"] = json!({"RequestId": {"name": "X-Request-Id", "in": "header",
+        "required": false, "schema": id,
+        "description": "The request's own id, kept when it is 1–128 visible ASCII characters; else the server makes one."}});
+    description["components"]["headers"] = json!({"RequestId": {"schema": id,
+        "description": "The request's id: the client's own, or a new one. Every log line of the request names it."}});
 }
 
 /// The registry's methods as OpenAPI paths, with the error envelope as a component.
@@ -134,11 +157,13 @@ fn methods(registry: &Registry) -> Value {
                 "required": ["error"],
                 "properties": {"error": {
                     "type": "object",
-                    "required": ["code", "message"],
+                    "required": ["code", "message", "requestId"],
                     "properties": {
                         "code": {"type": "string", "enum": Code::ALL.map(Code::as_str)},
                         "message": {"type": "string"},
-                        "details": {"type": "object"}
+                        "details": {"type": "object"},
+                        "requestId": {"type": "string", "pattern": "^[!-~]{1,128}$",
+                                      "description": "The request's id, as its answer's `X-Request-Id` says it."}
                     }
                 }}
             }}

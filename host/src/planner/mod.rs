@@ -306,6 +306,13 @@ impl Sandbox {
         self.retirer.retire(store, limits.grown_to);
         self.largest_memory.fetch_max(limits.grown_to, Ordering::Relaxed);
         session.sandbox += clock.guest();
+        tracing::debug!(
+            ?entry,
+            guest_ms = clock.guest().as_secs_f64() * 1e3,
+            memory_kib = limits.grown_to >> 10,
+            output_bytes = output.len(),
+            "the planner ran"
+        );
         let result = match result {
             Ok(Ok(())) => checked_output(output),
             Ok(Err(error)) => Err(errors::from_wit_error(error)),
