@@ -1,13 +1,14 @@
 //! `fleet-edge`: the planner as a serverless HTTP function (SPEC §11), a component of
 //! the standard `wasi:http/proxy` world built from the same planner code as the origin.
 //!
-//! Per request it asks the origin named by `FLEET_ORIGIN`, with the caller's own bearer
-//! token, for everything the planner reads — the same export or plan call, with
-//! `Accept: application/vnd.fleet.state+json`, so the origin authorizes it as that
-//! method — and plans locally: export and plan answer with the origin's exact bytes.
-//! Authorization is the origin's: its 401 and 403 pass through as they are. Everything else the API has is
-//! `UNSUPPORTED`; an origin that cannot be reached in time, or answers with something
-//! that is not a state, is `UNAVAILABLE`.
+//! It serves `/healthz`, `fleet/export` and `fleet/plan`. Per request it asks the origin
+//! named by `FLEET_ORIGIN`, with the caller's own bearer token, for the state the
+//! planner reads — the same export or plan call, asking for the state in its encoding
+//! ([`STATE_MEDIA_TYPE`]; the JSON form is read too), so the origin authorizes it as
+//! that method — and plans here: export and plan answer with the bytes the origin would. The
+//! origin's 401 and 403 pass through as they are. Every other method of the API is
+//! `UNSUPPORTED` (501); an origin that cannot be reached in time, or answers with
+//! something that is not a state, is `UNAVAILABLE`.
 //!
 //! The state carries the policies in force and the caller's grants, so verdicts and
 //! plan-time permissions are the origin's; it names the plugins' kinds too, whose

@@ -1,20 +1,24 @@
-//! The fleet host: HTTP API, SQLite state, the method registry, and the sandbox that
-//! runs the planner component. The layers, each using only those below it:
+//! The fleet host: the HTTP API over SQLite or PostgreSQL state, the method registry,
+//! and the sandbox that runs the planner component. Its modules stand in the layers of
+//! ARCHITECTURE.md ("Layers of the host"; `tests/house.rs` holds the code to them),
+//! each using only its own layer and those below:
 //!
-//! - `http`: the transport (hyper), connection limits, the event stream, the console
-//!   page, `/metrics`, the API's description;
-//! - `fleet` (export, plan, apply, status, history, previews, drift), the `modules`
-//!   (the kinds' API groups), `policies`, `audit` and `events`: the methods, each
-//!   capturing at registration what it uses;
-//! - `planner`: the planner component's host (its sandbox and imports), and `plugins`;
+//! - `app`, the composition root that builds every part, and `demo`, which seeds the
+//!   demo tenant;
+//! - `http`: the transport (hyper), connection limits, request ids, the event stream,
+//!   the console's files, `/metrics`, the API's description;
+//! - the methods, each capturing at registration what it uses: `fleet` (export, plan,
+//!   apply, status, history, proposals, previews, drift), the `modules` (the kinds' API
+//!   groups), `policies`, `audit`, `events` and `webhooks`; and the hosts of the
+//!   components they run, `planner` and `plugins`;
 //! - `calls`: the method registry, authentication and authorization, request bodies,
 //!   what a handler sees, and the dispatcher that runs a method;
-//! - `sandbox` (the runtime the planner and plugins share), `store` (module objects and
-//!   the audit trail), `cache`, `db`, `reach` (which addresses the server's own requests
-//!   may reach), `metrics` and `api` (the error).
+//! - `store` (module objects and the audit trail), `cache`, `sandbox` (the runtime the
+//!   planner and plugins share), `db`, `reach` (which addresses the server's own
+//!   requests may reach), and at the ground `api` (the error) and `metrics`.
 //!
-//! `app` is the composition root that builds them. The `fleet` binary (`bin/fleet`)
-//! parses flags, runs the server or the admin commands, and holds the operator client.
+//! The `fleet` binary (`bin/fleet`) parses flags, runs the server or the admin
+//! commands, and holds the operator's client.
 
 pub mod api;
 pub mod app;

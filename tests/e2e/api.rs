@@ -324,3 +324,36 @@ fn problem_lists_stop_at_a_hundred_and_no_body_shape_exhausts_the_server() {
     // It still serves.
     server.ok(&token, "sites/list", json!({}));
 }
+
+/// SPEC §2: a key named twice in one object is `INVALID_ARGUMENT`, on every method and
+/// for every member its request takes — never the last one silently kept.
+#[test]
+fn every_method_refuses_a_key_named_twice() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let (_, description) = server.get("/api/openapi.json");
+    let description: Value = serde_json::from_str(&description).unwrap();
+    let (mut methods, mut sent) = (0, 0);
+    for (path, item) in description["paths"].as_object().unwrap() {
+        let Some(schema) = item["post"]["requestBody"]["content"]["application/json"].get("schema") else { continue };
+        methods += 1;
+        let mut members: Vec<&str> = schema["properties"].as_object().map_or(Vec::new(), |properties| {
+            properties.keys().map(String::as_str).collect()
+        });
+        if members.is_empty() {
+            members.push("anything");
+        }
+        for member in members {
+            let (status, body) = server.raw(Some(&token), path, format!(r#"{{"{member}": null, "{member}": null}}"#));
+            assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{path} /{member}: {body}");
+            let twice = format!(r#"the key "{member}" appears twice in one object"#);
+            let problems = body["error"]["details"]["problems"].as_array().unwrap();
+            assert!(
+                problems.iter().any(|problem| problem["path"] == format!("/{member}") && problem["message"] == twice),
+                "{path} /{member}: {body}"
+            );
+            sent += 1;
+        }
+    }
+    assert!(methods > 50 && sent > methods, "every member of {methods} methods: {sent}");
+}

@@ -1,6 +1,8 @@
-//! What one client may hold (SPEC §7a): how long a request head may take, how long an
-//! idle keep-alive connection stays open, how long a body may pause, and how many
-//! connections are open at once.
+//! One connection, below the routes: what a client may hold (SPEC §7a) — how long a
+//! request head may take, how long an idle keep-alive connection stays open, how long a
+//! body may pause ([`Limits`], [`TimedIo`], [`Tracked`]) — and the error envelope, with
+//! a request id, on the answers hyper makes itself ([`Enveloped`]). How many
+//! connections are open at once is `http::run`'s count of them.
 //!
 //! hyper 1 has one timer for the head, and it runs from the moment the connection waits
 //! for the next request, so it cannot tell a slow head (10 s) from an idle keep-alive
