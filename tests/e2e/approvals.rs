@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::support::{FLEET, Launch, Server, code, database_of, problem_paths};
+use crate::support::{FLEET, Launch, Server, code, database_of, eventually, problem_paths};
 
 const WRITE: &str = "compute:proposals:write @ compute-proposals";
 const READ: &str = "compute:proposals:read @ compute-proposals";
@@ -307,11 +307,8 @@ fn serve_require_approval_gates_every_change_but_not_a_heal_or_a_plan_without_ca
     let pool = pools(&server, &team.alice)[0]["id"].as_str().unwrap().to_owned();
     let admin = server.token("acme", "root", &["compute:*:* @ *"]);
     server.ok(&admin, "pools/update", json!({"id": pool, "gpus": 2}));
-    let healed = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        pools(&server, &team.alice)[0]["gpus"] == 8
-    });
-    assert!(healed, "fleet.drift heals under --require-approval");
+    let healed = eventually(std::time::Duration::from_secs(15), || pools(&server, &team.alice)[0]["gpus"] == 8);
+    assert!(healed, "fleet.drift heals under --require-approval (within 15 s)");
     // Not silently: the drift and who made it, the heal, and status says when.
     let fleet_events = events(&server, &team.alice, "fleet.");
     let told = types(&fleet_events);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{FLEET, Launch, Server};
+use crate::support::{FLEET, Launch, Server, eventually};
 
 /// A document of one site and account and `pools` pools: each apply adds one.
 pub fn pools(pools: usize) -> Value {
@@ -56,9 +56,11 @@ fn a_backup_taken_during_applies_restores_to_the_same_answers_at_its_revision() 
             }
         })
     };
-    while exports.lock().unwrap().len() < 5 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        eventually(Duration::from_secs(60), || exports.lock().unwrap().len() >= 5 || applying.is_finished()),
+        "five revisions applied within 60 s"
+    );
+    assert!(!applying.is_finished(), "the applying client ended early (its panic is above)");
     let backup = source.dir.path().join("backup.db");
     let said = source.admin(&["backup", backup.to_str().unwrap()]);
     assert!(said.contains("schema version") && said.contains("1 tenant(s)"), "{said}");
@@ -69,9 +71,11 @@ fn a_backup_taken_during_applies_restores_to_the_same_answers_at_its_revision() 
         .filter(|name| name.starts_with("backup.db"))
         .collect();
     assert_eq!(beside, ["backup.db"]);
-    while exports.lock().unwrap().len() < 10 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        eventually(Duration::from_secs(60), || exports.lock().unwrap().len() >= 10 || applying.is_finished()),
+        "ten revisions applied within 60 s"
+    );
+    assert!(!applying.is_finished(), "the applying client ended early (its panic is above)");
     stop.store(true, Ordering::Relaxed);
     applying.join().unwrap();
 

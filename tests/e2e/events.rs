@@ -2,13 +2,13 @@
 //! moved, who moved it and when; the event stream resumes where it is told and ends when
 //! its token no longer answers for it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::fleet::estate;
+use crate::fleet::{estate, wait_for_checks};
 use crate::support::raw::{body_of, exchange};
-use crate::support::{ALL, Server, code};
+use crate::support::{ALL, Server, code, eventually};
 
 /// The tenant's events but its applies' own (`fleet.applied`).
 fn events(server: &Server, token: &str) -> Vec<Value> {
@@ -27,11 +27,12 @@ fn a_drift_event_names_the_field_the_values_and_who_changed_it() {
     let pool = server.ok(&alice, "pools/list", json!({}))["items"][0]["id"].clone();
 
     server.ok(&bob, "pools/update", json!({"id": pool, "gpus": 48}));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while events(&server, &alice).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        eventually(Duration::from_secs(30), || !events(&server, &alice).is_empty()),
+        "a drift event within 30 s of bob's change"
+    );
+    // Two more checks find the same drift and publish nothing.
+    wait_for_checks(&server, &alice, 2);
     let events = events(&server, &alice);
     assert_eq!(events.len(), 1, "one event while the drift stays the same: {events:?}");
     let data = &events[0]["data"];
@@ -154,8 +155,10 @@ fn an_expired_tokens_event_stream_delivers_nothing_more_and_ends() {
     let other = server.token("acme", "bob", &[crate::support::ALL]);
     server.ok(&token, "fleet/apply", json!({"document": estate()}));
     let lines = open_stream(&server, &token);
-    std::thread::sleep(Duration::from_millis(5100));
-    assert_eq!(server.call(&token, "fleet/status", json!({})).0, 401, "the token has expired");
+    assert!(
+        eventually(Duration::from_secs(20), || server.call(&token, "fleet/status", json!({})).0 == 401),
+        "the 4 s token has expired within 20 s"
+    );
     drift(&server, &other, 1);
     let mut live = open_stream(&server, &other);
     assert!(live.any(|line| line.unwrap() == "event: fleet.drifted"));

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::replicas::{eventually, subscribe};
+use crate::replicas::subscribe;
 use crate::support::cluster::Restartable;
-use crate::support::{Launch, Server, code};
+use crate::support::{Launch, Server, code, eventually};
 
 const CLIENTS: usize = 4;
 const FAILOVERS: usize = 3;
@@ -116,8 +116,17 @@ fn applies_through_three_failovers_are_all_there_once_and_streams_miss_nothing()
         .collect();
 
     let mut unavailable = Vec::new();
+    // Applies go on on a primary before it is killed: as many more answered as there
+    // are clients.
+    let applies_go_on = |when: &str| {
+        let before = applied.lock().unwrap().len();
+        assert!(
+            eventually(Duration::from_secs(60), || applied.lock().unwrap().len() >= before + CLIENTS),
+            "{CLIENTS} more applies answered {when} within 60 s"
+        );
+    };
     for failover in 0..FAILOVERS {
-        std::thread::sleep(Duration::from_millis(700));
+        applies_go_on(format!("before failover {failover}").as_str());
         let answered = applied.lock().unwrap().len();
         let killed = Instant::now();
         primary.stop();
@@ -136,7 +145,7 @@ fn applies_through_three_failovers_are_all_there_once_and_streams_miss_nothing()
         standby = Restartable::standby_of(&primary, Some(port));
         primary.require_synchronous_standby();
     }
-    std::thread::sleep(Duration::from_millis(500));
+    applies_go_on("after the last failover");
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         client.join().unwrap();

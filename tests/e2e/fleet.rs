@@ -1,11 +1,11 @@
 //! The fleet group end to end: export, plan, apply, status, drift and events, against
 //! the real binary.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{ALL, Server, Sql, code, database_of, postgres};
+use crate::support::{ALL, Server, Sql, code, database_of, eventually, postgres};
 
 const ADMIN: &str = "compute:fleet:admin @ compute-fleet";
 
@@ -290,14 +290,30 @@ fn drift_events(server: &Server, token: &str, after: &Value) -> Vec<Value> {
     events.into_iter().filter(|event| event["type"] != "fleet.applied").collect()
 }
 
+/// Waits (up to 60 s) until the tenant has `count` events but its applies' own; returns
+/// them all.
 fn wait_for_events(server: &Server, token: &str, count: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let events = drift_events(server, token, &json!(0));
-        if events.len() >= count || Instant::now() > deadline {
-            return events;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        eventually(Duration::from_secs(60), || drift_events(server, token, &json!(0)).len() >= count),
+        "{count} drift event(s) within 60 s: {:?}",
+        drift_events(server, token, &json!(0))
+    );
+    drift_events(server, token, &json!(0))
+}
+
+/// Waits until the tenant's drift has been checked `checks` more times: status's
+/// `checkedAt` (whole seconds) moves on once a second for each. What a check publishes
+/// is published in the transaction that records its time, so an event those checks
+/// would have published is there by then.
+pub fn wait_for_checks(server: &Server, token: &str, checks: usize) {
+    let checked_at = || server.ok(token, "fleet/status", json!({}))["checkedAt"].clone();
+    for check in 1..=checks {
+        let before = checked_at();
+        assert!(before.is_string(), "the tenant has an applied document: {before}");
+        assert!(
+            eventually(Duration::from_secs(30), || checked_at() != before),
+            "drift check {check} of {checks} after the one at {before} within 30 s"
+        );
     }
 }
 
@@ -320,9 +336,9 @@ fn drift_is_detected_and_converges_with_one_event_each() {
     assert_eq!(status["drift"]["summary"]["update"], 1);
     assert!(status["drift"]["checkedAt"].is_string());
 
-    // Still drifted the same way: no second event.
-    std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(drift_events(&server, &token, &json!(0)).len(), 1);
+    // Still drifted the same way: two more checks publish no second event.
+    wait_for_checks(&server, &token, 2);
+    assert_eq!(drift_events(&server, &token, &json!(0)).len(), 1, "no second event for the same drift");
 
     server.ok(&token, "pools/update", json!({"id": pool["id"], "gpus": 64}));
     let events = wait_for_events(&server, &token, 2);
@@ -375,8 +391,12 @@ fn a_killed_apply_leaves_all_or_nothing() {
             let _ = client.post(format!("{base}/api/compute/fleet/apply")).bearer_auth(token).body(body).send();
         })
     };
-    // Let the apply get going, then kill the server mid-flight.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Let the apply get going (its transaction has held the database a while, or it was
+    // quick and answered already), then kill the server mid-flight.
+    assert!(
+        eventually(Duration::from_secs(60), || server.writing_for(Duration::from_millis(200)) || sender.is_finished()),
+        "the apply began within 60 s"
+    );
     let pid = server.pid();
     let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     assert!(killed.success());
@@ -541,6 +561,8 @@ fn a_read_only_server_writes_nothing() {
     };
     assert_eq!(rows(&database_of(dir.path())), (1, 0));
     let server = Server::start_in(dir, &["--read-only", "--drift-interval", "200ms"]);
+    // Kept as a fixed wait: what it asserts is that nothing is written in seven intervals
+    // (a read-only server runs no checks, so there is no check to wait for).
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(rows(&server.db_path()), (1, 0), "no drift recorded, no event published");
     let (status, body) = server.call(&token, "pools/update", json!({"id": pool, "gpus": 2}));

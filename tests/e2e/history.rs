@@ -402,6 +402,8 @@ fn a_server_keeps_the_revisions_it_is_told_and_always_the_applied_one() {
     let token = aging.tenant_with_token("acme");
     aging.ok(&token, "fleet/apply", json!({"document": with_gpus(1)}));
     aging.ok(&token, "fleet/apply", json!({"document": with_gpus(2)}));
+    // Kept as a fixed wait: the revisions' age is what is asserted, and only an apply,
+    // which would change the history, shows it.
     std::thread::sleep(std::time::Duration::from_millis(2100));
     // Both are older than a second now; the next apply removes them.
     aging.ok(&token, "fleet/apply", json!({"document": with_gpus(3)}));
@@ -409,6 +411,7 @@ fn a_server_keeps_the_revisions_it_is_told_and_always_the_applied_one() {
     assert_eq!(numbers(&revisions(&aging, &token, json!({}))), [4, 3]);
     // The applied revision stays however old: a self-heal restores it. An apply of the
     // applied document with nothing to do records nothing, so prunes nothing either.
+    // Kept as a fixed wait: that the applied revision outlives its age is what is asserted.
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let applied_events = || {
         let events = aging.ok(&token, "events/list", json!({}))["events"].as_array().unwrap().clone();

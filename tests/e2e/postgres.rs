@@ -4,14 +4,14 @@
 //! verified against the CA given.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::support::cluster::Restartable;
-use crate::support::{FLEET, Launch, Server, code};
+use crate::support::{FLEET, Launch, Server, code, eventually};
 
 use crate::tls::pki;
 
@@ -45,10 +45,14 @@ fn a_database_that_goes_away_is_an_outage_and_the_server_recovers_by_itself() {
     // is a 200 or a 503 with Retry-After, each within a bound.
     let stop = Arc::new(AtomicBool::new(false));
     let seen: Arc<Mutex<Vec<(u16, String, Duration)>>> = Arc::default();
+    // How many 200s each client was answered.
+    let served: Arc<[AtomicUsize; 2]> = Arc::default();
     let clients: Vec<_> = ["sites/list", "sites/create"]
         .into_iter()
-        .map(|method| {
+        .enumerate()
+        .map(|(client, method)| {
             let (stop, seen, base, token) = (stop.clone(), seen.clone(), server.base.clone(), token.clone());
+            let served = served.clone();
             std::thread::spawn(move || {
                 let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
                 while !stop.load(Ordering::Relaxed) {
@@ -76,6 +80,9 @@ fn a_database_that_goes_away_is_an_outage_and_the_server_recovers_by_itself() {
                     let body: Value = response.json().unwrap_or(Value::Null);
                     let detail = format!("{} retry-after={retry:?}", code(&body));
                     seen.lock().unwrap().push((status, detail, started.elapsed()));
+                    if status == 200 {
+                        served[client].fetch_add(1, Ordering::Relaxed);
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
             })
@@ -96,22 +103,34 @@ fn a_database_that_goes_away_is_an_outage_and_the_server_recovers_by_itself() {
                 .map(|response| response.status().as_u16())
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // The database stops once the apply's transaction has been open a while (or, if it
+    // was quick, once it was answered).
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            server.writing_for(Duration::from_millis(200)) || applying.is_finished()
+        }),
+        "the apply began within 30 s"
+    );
     cluster.stop();
+    // Kept as a fixed wait: the outage's length is the scenario, longer than the 2 s busy
+    // timeout, so that requests caught in it wait that out and must still be answered.
     std::thread::sleep(Duration::from_secs(3));
     cluster.start();
     // Recovered by itself: a request succeeds again within a bound.
-    let recovered = Instant::now();
-    while server.call(&token, "sites/list", json!({})).0 != 200 {
+    let recovered = eventually(Duration::from_secs(30), || {
         assert!(server.exited().is_none(), "the server exited: {:?}", seen.lock().unwrap());
-        assert!(
-            recovered.elapsed() < Duration::from_secs(30),
-            "the server did not recover: {:?}",
-            seen.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+        server.call(&token, "sites/list", json!({})).0 == 200
+    });
+    assert!(recovered, "the server did not recover within 30 s: {:?}", seen.lock().unwrap());
+    // Both clients are served again before they stop.
+    let before: Vec<usize> = served.iter().map(|count| count.load(Ordering::Relaxed)).collect();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            served.iter().zip(&before).all(|(count, before)| count.load(Ordering::Relaxed) > *before)
+        }),
+        "each client answered 200 after the recovery within 30 s: {:?}",
+        seen.lock().unwrap()
+    );
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         client.join().unwrap();
@@ -157,7 +176,13 @@ fn a_replica_killed_mid_apply_leaves_nothing_behind() {
                 .map(|response| response.status().as_u16())
         })
     };
-    std::thread::sleep(Duration::from_millis(400));
+    // Killed once the apply's transaction has been open a while (or it was answered).
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            survivor.writing_for(Duration::from_millis(200)) || applying.is_finished()
+        }),
+        "the apply began within 30 s"
+    );
     doomed.kill();
     let answered = applying.join().unwrap();
     let (pools, flavors) = objects(&survivor, &token);

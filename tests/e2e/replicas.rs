@@ -8,22 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::fleet::estate;
-use crate::support::{Launch, Server, code, database_of};
+use crate::fleet::{estate, wait_for_checks};
+use crate::support::{Launch, Server, code, database_of, eventually};
 
 const INTERVAL: &str = "1s";
-
-/// Polls `done` until it holds or `limit` passes; says whether it held.
-pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
-}
 
 /// The tenant's events but its applies' own (`fleet.applied`).
 fn event_types(server: &Server, token: &str) -> Vec<String> {
@@ -93,8 +81,9 @@ fn three_replicas_on_one_postgres_database_behave_as_one_server() {
         "{:?}",
         event_types(&replicas[1], &token)
     );
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(event_types(&replicas[2], &token), ["fleet.drifted"], "three intervals later, still one event");
+    // Three checks later (whichever replicas made them), still one event.
+    wait_for_checks(&replicas[2], &token, 3);
+    assert_eq!(event_types(&replicas[2], &token), ["fleet.drifted"], "three checks later, still one event");
 
     // An apply through A publishes the convergence there; C's subscriber hears it
     // at once (well before the stream's 15-second keep-alive re-read).
@@ -201,8 +190,10 @@ fn three_replicas_deliver_each_webhook_delivery_once() {
     for round in 0..12 {
         sent.push(replicas[round % 3].ok(&token, "webhooks/test", json!({"name": "ops"}))["id"].clone());
     }
-    receiver.wait_for(12, Duration::from_secs(30));
-    // A little longer, for a second delivery of any, which there must not be.
+    let delivered = receiver.wait_for(12, Duration::from_secs(30));
+    assert!(delivered.len() >= 12, "the twelve tests delivered within 30 s: {delivered:?}");
+    // A little longer, for a second delivery of any, which there must not be. Kept as a
+    // fixed wait: what it asserts is that nothing more arrives in a while.
     std::thread::sleep(Duration::from_secs(2));
     let received = receiver.received();
     let mut ids: Vec<String> = received.iter().map(|got| got["id"].as_str().unwrap().to_owned()).collect();

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Launch, Server};
+use crate::support::{Launch, Server, eventually};
 
 /// SPEC §7: the CPU budget is the planner's own work. Many large plans at once, several
 /// times the cores, each well within its budget alone: every one answers 200 (the calls
@@ -114,9 +114,10 @@ fn many_large_plans_stay_within_the_memory_total_and_a_small_plan_passes_them() 
                 })
             })
             .collect();
-        while gauge(&server, "fleet_sandbox_waiting") < 4.0 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        assert!(
+            eventually(std::time::Duration::from_secs(30), || gauge(&server, "fleet_sandbox_waiting") >= 4.0),
+            "four large plans waiting within 30 s"
+        );
         // Large plans wait; the small plan does not wait behind them.
         server.ok(&tiny, "fleet/plan", json!({"document": crate::fleet::estate()}));
         let passed = gauge(&server, "fleet_sandbox_waiting");

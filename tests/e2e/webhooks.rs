@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Server, code, problem_paths};
+use crate::support::{Server, code, eventually, problem_paths};
 
 /// A secret both sides know (the receiver needs it to check signatures).
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -63,16 +63,11 @@ impl Receiver {
         text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
     }
 
-    /// Waits (up to `patience`) until it received `count` requests.
+    /// Waits (up to `patience`) until it received `count` requests; returns what it
+    /// received by then, for the caller to assert on.
     pub fn wait_for(&self, count: usize, patience: Duration) -> Vec<Value> {
-        let started = Instant::now();
-        loop {
-            let received = self.received();
-            if received.len() >= count || started.elapsed() > patience {
-                return received;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually(patience, || self.received().len() >= count);
+        self.received()
     }
 }
 
@@ -150,14 +145,13 @@ fn every_event_is_delivered_signed_and_the_secret_is_shown_once() {
 
     // `deliveries` shows every attempt, newest first, once each is recorded (a receiver
     // may see the request before the server has written down its answer).
-    let started = Instant::now();
-    let deliveries = loop {
-        let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
-        if deliveries.as_array().unwrap().len() >= 3 || started.elapsed() > Duration::from_secs(10) {
-            break deliveries;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let deliveries = || server.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
+    assert!(
+        eventually(Duration::from_secs(10), || deliveries().as_array().unwrap().len() >= 3),
+        "the three attempts recorded within 10 s: {}",
+        deliveries()
+    );
+    let deliveries = deliveries();
     let states: Vec<(&str, &str, i64)> = deliveries
         .as_array()
         .unwrap()
@@ -199,15 +193,23 @@ fn failures_are_retried_with_growing_gaps_and_410_disables() {
     assert_eq!(attempts, [(4, 200), (3, 500), (2, 500), (1, 500)]);
 
     // 410 Gone disables the subscription: nothing more is sent to it.
-    gone.wait_for(1, Duration::from_secs(10));
+    assert_eq!(gone.wait_for(1, Duration::from_secs(10)).len(), 1, "the 410 endpoint was sent its delivery");
     let webhook = server.ok(&token, "webhooks/get", json!({"name": "gone"}))["webhook"].clone();
     assert_eq!(webhook["enabled"], false, "{webhook}");
     assert!(webhook["disabled"].as_str().unwrap().contains("410"), "{webhook}");
     let (status, body) = server.call(&token, "webhooks/test", json!({"name": "gone"}));
     assert_eq!((status, code(&body)), (409, "FAILED_PRECONDITION"), "{body}");
     server.ok(&token, "fleet/apply", json!({"document": estate(9)}));
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(gone.received().len(), 1);
+    // The apply's event is through the outbox: delivered to `flaky`, and nothing pending
+    // (a delivery to `gone`, had one been made, would have been attempted by then).
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            receiver.received().len() >= 5 && server.get("/metrics").1.contains("fleet_webhook_pending 0")
+        }),
+        "the second apply's event delivered within 20 s: {:?}",
+        receiver.received()
+    );
+    assert_eq!(gone.received().len(), 1, "nothing more sent to the disabled webhook");
     let metrics = server.get("/metrics").1;
     assert!(metrics.contains("fleet_webhook_deliveries_total{outcome=\"retried\"} 3"), "{metrics}");
     assert!(metrics.contains("fleet_webhook_deliveries_total{outcome=\"failed\"} 1"), "{metrics}");
@@ -300,15 +302,13 @@ fn https_deliveries_verify_the_receivers_certificate() {
     let token = untrusting.tenant_with_token("acme");
     subscribe(&untrusting, &token, "ops", &url, json!(["*"]));
     untrusting.ok(&token, "webhooks/test", json!({"name": "ops"}));
-    let started = Instant::now();
-    let error = loop {
-        let deliveries = untrusting.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
-        if let Some(error) = deliveries[0]["error"].as_str() {
-            break error.to_owned();
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "no attempt: {deliveries}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let deliveries = || untrusting.ok(&token, "webhooks/deliveries", json!({"name": "ops"}))["deliveries"].clone();
+    assert!(
+        eventually(Duration::from_secs(20), || deliveries()[0]["error"].is_string()),
+        "a failed attempt recorded within 20 s: {}",
+        deliveries()
+    );
+    let error = deliveries()[0]["error"].as_str().unwrap().to_owned();
     assert!(error.starts_with("TLS"), "{error}");
     assert_eq!(receiver.received().len(), 1);
 }
@@ -325,7 +325,8 @@ fn a_dead_endpoint_delays_no_other_tenant_and_its_outbox_is_capped() {
     for _ in 0..40 {
         server.ok(&stuck, "webhooks/test", json!({"name": "dead"}));
     }
-    dead.wait_for(2, Duration::from_secs(10));
+    let held = dead.wait_for(2, Duration::from_secs(10));
+    assert!(held.len() >= 2, "the dead endpoint holds two attempts within 10 s: {}", held.len());
     let other = server.tenant_with_token("other");
     subscribe(&server, &other, "alive", &alive.url(), json!(["*"]));
     let test = server.ok(&other, "webhooks/test", json!({"name": "alive"}));
@@ -398,6 +399,7 @@ fn a_backlog_costs_its_attempts_and_nothing_while_it_waits() {
         let (status, body) = server.call(&other, "sites/create", json!({"region": "eu-west-1"}));
         assert_eq!(status, 200, "another tenant's writes go through: {body}");
     }
+    // Kept as a fixed window: the CPU the server uses in 3 s of draining is measured.
     while started.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -408,8 +410,14 @@ fn a_backlog_costs_its_attempts_and_nothing_while_it_waits() {
 
     // Waiting: every pending delivery's retry is an hour away, and the server is idle.
     sql.run(&format!("UPDATE webhook_deliveries SET next_ms = {} WHERE state = 'pending'", now_ms + 3_600_000));
-    std::thread::sleep(Duration::from_secs(1));
+    // The attempts in flight end first (each ended attempt gives up its claim).
+    let in_flight = "SELECT count(*) FROM webhook_deliveries WHERE claimed_until_ms > 0";
+    assert!(
+        eventually(Duration::from_secs(30), || sql.number(in_flight) == 0),
+        "the attempts in flight ended within 30 s"
+    );
     let cpu = cpu_seconds(server.pid());
+    // Kept as a fixed window: the CPU the idle server uses in 3 s is measured.
     std::thread::sleep(Duration::from_secs(3));
     let idle = cpu_seconds(server.pid()) - cpu;
     assert!(idle < 0.3, "{idle:.2} s of CPU in 3 s with nothing due");

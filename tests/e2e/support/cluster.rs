@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const USER: &str = "fleet";
 
@@ -165,12 +165,13 @@ fn start() -> Cluster {
         _guard: std::sync::Mutex::new(child),
         _lifeline: std::sync::Mutex::new(lifeline),
     };
-    let started = Instant::now();
-    while postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).is_err() {
-        let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-        assert!(started.elapsed() < Duration::from_secs(60), "PostgreSQL did not start: {log}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        super::eventually(Duration::from_secs(60), || {
+            postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).is_ok()
+        }),
+        "PostgreSQL did not start within 60 s: {}",
+        std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+    );
     cluster
 }
 
@@ -216,12 +217,13 @@ impl Restartable {
         let mut client = self.client("postgres");
         client.batch_execute("ALTER SYSTEM SET synchronous_standby_names = '*'").unwrap();
         client.batch_execute("SELECT pg_reload_conf()").unwrap();
-        let started = Instant::now();
         let synchronous = "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'";
-        while client.query_one(synchronous, &[]).unwrap().get::<_, i64>(0) == 0 {
-            assert!(started.elapsed() < Duration::from_secs(30), "no standby became synchronous");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            super::eventually(Duration::from_secs(30), || {
+                client.query_one(synchronous, &[]).unwrap().get::<_, i64>(0) > 0
+            }),
+            "no standby became synchronous within 30 s"
+        );
     }
 
     /// Promotes this standby to the primary (`pg_ctl promote`) and waits until it is.

@@ -10,13 +10,27 @@ pub mod raw;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tempfile::TempDir;
 
 pub const FLEET: &str = env!("CARGO_BIN_EXE_fleet");
 pub const ALL: &str = "compute:*:* @ *";
+
+/// Polls `done` every 50 ms until it holds or `limit` passes; says whether it held. A
+/// test waits with it for what it awaits, never for a fixed time, and asserts on the
+/// answer, saying what it waited for.
+pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
 
 /// Whether this run of the suite is the PostgreSQL one.
 pub fn postgres() -> bool {
@@ -177,6 +191,36 @@ impl Server {
     /// Plain SQL on its database.
     pub fn sql(&self) -> Sql {
         Sql::open(&self.db)
+    }
+
+    /// Whether a write transaction has held the server's database for `at_least` (as a
+    /// long apply in flight does): on SQLite, its one write lock is taken now and still
+    /// `at_least` later; on PostgreSQL, a tenant's write lock (an advisory lock) is held
+    /// by a transaction begun `at_least` ago or more.
+    pub fn writing_for(&self, at_least: Duration) -> bool {
+        match self.sql() {
+            Sql::Sqlite(db) => {
+                db.busy_timeout(Duration::ZERO).unwrap();
+                let held = || match db.execute_batch("BEGIN IMMEDIATE; ROLLBACK") {
+                    Ok(()) => false,
+                    Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => true,
+                    Err(error) => panic!("the write lock could not be tried: {error}"),
+                };
+                held() && {
+                    std::thread::sleep(at_least);
+                    held()
+                }
+            }
+            Sql::Postgres(mut db) => {
+                let sql = format!(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()
+                       AND a.xact_start <= now() - interval '{} milliseconds'",
+                    at_least.as_millis()
+                );
+                db.query_one(sql.as_str(), &[]).unwrap().get::<_, i64>(0) > 0
+            }
+        }
     }
 
     /// Runs `fleet admin ...` on this server's database and returns stdout.

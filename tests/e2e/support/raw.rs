@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -26,11 +26,17 @@ pub fn body_of(answer: &str) -> Value {
     serde_json::from_str(body).unwrap_or(Value::Null)
 }
 
-/// Whether the server closes `stream` within `within` (a read sees the end).
+/// Whether the server closes `stream` within `within` (a read sees the end), however
+/// much it sends meanwhile.
 pub fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
-    stream.set_read_timeout(Some(within)).unwrap();
+    let deadline = Instant::now() + within;
     let mut buffer = [0; 4096];
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
         match stream.read(&mut buffer) {
             Ok(0) => return true,
             Ok(_) => continue,
