@@ -46,17 +46,34 @@ pub struct Answer {
     pub allow: Option<&'static str>,
 }
 
+/// The longest request id a client's own is kept at (SPEC §2).
+const MAX_REQUEST_ID: usize = 128;
+
+/// The request's id (SPEC §2), as the origin names its requests: the client's own
+/// `X-Request-Id` when it sent one of 1–128 visible ASCII characters, else `new()`. The
+/// edge sends it on to the origin, so that both name the request alike.
+pub fn request_id(given: Option<&[u8]>, new: impl FnOnce() -> String) -> String {
+    match given {
+        Some(id) if (1..=MAX_REQUEST_ID).contains(&id.len()) && id.iter().all(|byte| matches!(byte, b'!'..=b'~')) => {
+            String::from_utf8_lossy(id).into_owned()
+        }
+        _ => new(),
+    }
+}
+
 impl Answer {
     fn json(body: String) -> Answer {
         Answer { status: 200, content_type: "application/json".into(), body: body.into_bytes(), allow: None }
     }
 
-    /// The error envelope of SPEC §2, as the origin writes it.
-    pub fn error(error: &Error) -> Answer {
+    /// The error envelope of SPEC §2, as the origin writes it, naming the request.
+    pub fn error(error: &Error, request_id: &str) -> Answer {
+        let mut envelope = error.envelope();
+        envelope["error"]["requestId"] = serde_json::Value::from(request_id);
         Answer {
             status: error.code.http_status(),
             content_type: "application/json".into(),
-            body: error.envelope().to_string().into_bytes(),
+            body: envelope.to_string().into_bytes(),
             allow: None,
         }
     }
@@ -117,52 +134,53 @@ pub fn route(method: &str, path: &str) -> Route {
     }
 }
 
-/// Answers one request. `body` is `None` when it was larger than [`BODY_LIMIT`].
+/// Answers one request, named `request_id` (see [`request_id`]). `body` is `None` when
+/// it was larger than [`BODY_LIMIT`].
 pub fn serve(
     method: &str,
     path: &str,
+    request_id: &str,
     authorization: Option<&str>,
     body: Option<&[u8]>,
     origin: &dyn Origin,
 ) -> Answer {
+    let refused = |error: Error| Answer::error(&error, request_id);
     let (entry, request) = match route(method, path) {
         Route::Health => {
             return Answer { status: 200, content_type: "text/plain".into(), body: b"ok".to_vec(), allow: None };
         }
         Route::NotFound => {
-            return Answer::error(&Error::new(ErrorCode::NotFound, format!("no route for {method} {path}")));
+            return refused(Error::new(ErrorCode::NotFound, format!("no route for {method} {path}")));
         }
         Route::WrongMethod(allow) => {
             // As the origin answers: 405 METHOD_NOT_ALLOWED, with `Allow`.
             let message = format!("{path} answers {allow} only, not {method}");
-            let answer = Answer::error(&Error::new(ErrorCode::MethodNotAllowed, message));
+            let answer = refused(Error::new(ErrorCode::MethodNotAllowed, message));
             return Answer { allow: Some(allow), ..answer };
         }
         Route::Unsupported => {
             let message =
                 format!("{path} is not available at the edge, which runs only export and plan; call the origin");
-            return Answer::error(&Error::new(ErrorCode::Unsupported, message));
+            return refused(Error::new(ErrorCode::Unsupported, message));
         }
         Route::Export => (Entry::Export, body),
         Route::Plan => (Entry::Plan, body),
     };
     // In the origin's order: the token's presence, the body's size, then the token.
     let Some(authorization) = authorization else {
-        return Answer::error(&Error::new(ErrorCode::Unauthenticated, "a bearer token is required"));
+        return refused(Error::new(ErrorCode::Unauthenticated, "a bearer token is required"));
     };
     let Some(request) = request else {
         let message = format!("the request body is larger than the limit of {BODY_LIMIT} bytes");
-        return Answer::error(&Error::new(ErrorCode::PayloadTooLarge, message));
+        return refused(Error::new(ErrorCode::PayloadTooLarge, message));
     };
     let Ok(request) = std::str::from_utf8(request) else {
         let problem = fleet_guest::Problem { path: String::new(), message: "the body is not UTF-8".into() };
         let details = serde_json::json!({ "problems": [problem] });
-        return Answer::error(
-            &Error::new(ErrorCode::InvalidArgument, "the request has 1 problem").with_details(details),
-        );
+        return refused(Error::new(ErrorCode::InvalidArgument, "the request has 1 problem").with_details(details));
     };
     let request = if request.is_empty() { "{}" } else { request };
-    let host = match state(origin, path, authorization) {
+    let host = match state(origin, path, request_id, authorization) {
         Ok(host) => host,
         Err(answer) => return answer,
     };
@@ -172,7 +190,7 @@ pub fn serve(
     };
     match planned {
         Ok(output) => Answer::json(output),
-        Err(error) => Answer::error(&error),
+        Err(error) => refused(error),
     }
 }
 
@@ -251,8 +269,13 @@ impl Host for EdgeHost<'_> {
 
 /// The caller's state from the origin, as the planner's host; the origin's own answer
 /// when it refuses the token.
-fn state<'a>(origin: &'a dyn Origin, path: &str, authorization: &'a str) -> Result<EdgeHost<'a>, Answer> {
-    let unavailable = |why: String| Answer::error(&Error::new(ErrorCode::Unavailable, why));
+fn state<'a>(
+    origin: &'a dyn Origin,
+    path: &str,
+    request_id: &str,
+    authorization: &'a str,
+) -> Result<EdgeHost<'a>, Answer> {
+    let unavailable = |why: String| Answer::error(&Error::new(ErrorCode::Unavailable, why), request_id);
     let reply =
         origin.state(path, authorization).map_err(|why| unavailable(format!("the origin cannot be reached: {why}")))?;
     match reply.status {
@@ -302,6 +325,17 @@ fn state<'a>(origin: &'a dyn Origin, path: &str, authorization: &'a str) -> Resu
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_clients_request_id_is_kept_when_it_is_1_to_128_visible_ascii_characters() {
+        let new = || "new".to_owned();
+        assert_eq!(super::request_id(Some(b"ci-42/retry:1"), new), "ci-42/retry:1");
+        assert_eq!(super::request_id(Some("x".repeat(128).as_bytes()), new), "x".repeat(128));
+        for refused in [&b""[..], &b"two words"[..], "x".repeat(129).as_bytes(), "\u{e9}".as_bytes()] {
+            assert_eq!(super::request_id(Some(refused), new), "new", "{refused:?}");
+        }
+        assert_eq!(super::request_id(None, new), "new");
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -352,7 +386,7 @@ mod tests {
     }
 
     fn post(path: &str, body: &str, origin: &dyn Origin) -> Answer {
-        serve("POST", path, Some("Bearer t"), Some(body.as_bytes()), origin)
+        serve("POST", path, "test-1", Some("Bearer t"), Some(body.as_bytes()), origin)
     }
 
     fn code(answer: &Answer) -> String {
@@ -429,7 +463,7 @@ mod tests {
             let snapshot: Snapshot = serde_json::from_str(&state).unwrap();
             let planned = match fleet_guest::plan(&snapshot, &request) {
                 Ok(plan) => plan.into_bytes(),
-                Err(error) => error.envelope().to_string().into_bytes(),
+                Err(error) => Answer::error(&error, "test-1").body,
             };
             assert_eq!(String::from_utf8_lossy(&answer.body), String::from_utf8_lossy(&planned), "{case:?}");
         }
@@ -459,13 +493,16 @@ mod tests {
             let answer = post(path, "{}", &origin);
             assert_eq!((answer.status, code(&answer)), (501, "UNSUPPORTED".into()), "{path}");
         }
-        assert_eq!(serve("GET", "/healthz", None, None, &origin).body, b"ok");
+        assert_eq!(serve("GET", "/healthz", "test-1", None, None, &origin).body, b"ok");
+        // Its own errors name the request, as the origin's do.
+        let refused = serve("POST", "/api/compute/pools/list", "test-1", Some("Bearer t"), Some(b"{}"), &origin);
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&refused.body).unwrap()["error"]["requestId"], "test-1");
         assert_eq!(post("/elsewhere", "{}", &origin).status, 404);
-        let wrong = serve("GET", "/api/compute/fleet/plan", None, None, &origin);
+        let wrong = serve("GET", "/api/compute/fleet/plan", "test-1", None, None, &origin);
         assert_eq!((wrong.status, wrong.allow), (405, Some("POST")));
-        let missing = serve("POST", "/api/compute/fleet/plan", None, Some(b"{}"), &origin);
+        let missing = serve("POST", "/api/compute/fleet/plan", "test-1", None, Some(b"{}"), &origin);
         assert_eq!((missing.status, code(&missing)), (401, "UNAUTHENTICATED".into()));
-        let large = serve("POST", "/api/compute/fleet/plan", Some("Bearer t"), None, &origin);
+        let large = serve("POST", "/api/compute/fleet/plan", "test-1", Some("Bearer t"), None, &origin);
         assert_eq!((large.status, code(&large)), (413, "PAYLOAD_TOO_LARGE".into()));
     }
 }

@@ -35,20 +35,30 @@ impl wasip2::exports::http::incoming_handler::Guest for Edge {
         };
         let target = request.path_with_query().unwrap_or_default();
         let path = target.split('?').next().unwrap_or_default().to_owned();
-        let authorization = {
+        let (authorization, request_id) = {
             let headers = request.headers();
-            let values = headers.get("authorization");
-            values.into_iter().next().and_then(|value| String::from_utf8(value).ok())
+            let authorization = headers.get("authorization").into_iter().next();
+            let given = headers.get("x-request-id");
+            // Exactly one id, or none kept.
+            let given = if given.len() == 1 { given.first().map(Vec::as_slice) } else { None };
+            let request_id = crate::request_id(given, new_request_id);
+            (authorization.and_then(|value| String::from_utf8(value).ok()), request_id)
         };
         let body = match request.consume() {
             Ok(body) => read_all(body, BODY_LIMIT, None).ok().flatten(),
             Err(()) => Some(Vec::new()),
         };
         drop(request);
-        let origin = OverHttp { base: std::env::var("FLEET_ORIGIN").ok() };
-        let answer = crate::serve(&method, &path, authorization.as_deref(), body.as_deref(), &origin);
-        respond(response, &answer);
+        let origin = OverHttp { base: std::env::var("FLEET_ORIGIN").ok(), request_id: request_id.clone() };
+        let answer = crate::serve(&method, &path, &request_id, authorization.as_deref(), body.as_deref(), &origin);
+        respond(response, &answer, &request_id);
     }
+}
+
+/// A new request id: 128 random bits as 32 hex digits, as the origin makes them.
+fn new_request_id() -> String {
+    use wasip2::random::random::get_random_u64;
+    format!("{:016x}{:016x}", get_random_u64(), get_random_u64())
 }
 
 /// How long the whole state read may take, whatever the origin does.
@@ -56,9 +66,11 @@ const STATE_DEADLINE: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The origin at `FLEET_ORIGIN` (`http://host:port`, or `https://`).
+/// The origin at `FLEET_ORIGIN` (`http://host:port`, or `https://`), asked on behalf of
+/// the request `request_id` names: the origin's log names it alike.
 struct OverHttp {
     base: Option<String>,
+    request_id: String,
 }
 
 impl Origin for OverHttp {
@@ -121,6 +133,7 @@ impl OverHttp {
             ("authorization".to_owned(), authorization.as_bytes().to_vec()),
             ("content-type".to_owned(), b"application/json".to_vec()),
             ("content-length".to_owned(), body.len().to_string().into_bytes()),
+            ("x-request-id".to_owned(), self.request_id.as_bytes().to_vec()),
         ];
         if let Some(accept) = accept {
             headers.push(("accept".to_owned(), accept.as_bytes().to_vec()));
@@ -220,10 +233,11 @@ fn read_all(body: IncomingBody, limit: usize, deadline: Option<Instant>) -> Resu
     Ok(Some(bytes))
 }
 
-fn respond(out: ResponseOutparam, answer: &Answer) {
+fn respond(out: ResponseOutparam, answer: &Answer, request_id: &str) {
     let mut headers = vec![
         ("content-type".to_owned(), answer.content_type.as_bytes().to_vec()),
         ("content-length".to_owned(), answer.body.len().to_string().into_bytes()),
+        ("x-request-id".to_owned(), request_id.as_bytes().to_vec()),
     ];
     if let Some(allow) = answer.allow {
         headers.push(("allow".to_owned(), allow.as_bytes().to_vec()));

@@ -14,13 +14,18 @@ use crate::support::edge_host::{EDGE_WASM, EdgeServer};
 use crate::support::{Server, code};
 
 /// POSTs `body` to `base` + `path` with the token; the status and the exact bytes.
+/// The request id every request here names itself with: the edge and the origin answer
+/// alike, byte for byte, only when they name the request alike.
+const REQUEST_ID: &str = "edge-test/1";
+
 fn post(base: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Vec<u8>, Option<String>) {
     let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
-    let mut request = http.post(format!("{base}{path}")).body(body.to_owned());
+    let mut request = http.post(format!("{base}{path}")).header("X-Request-Id", REQUEST_ID).body(body.to_owned());
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
     let response = request.send().unwrap();
+    assert_eq!(response.headers()["x-request-id"], REQUEST_ID, "{base}{path}");
     let status = response.status().as_u16();
     let retry_after = response.headers().get("retry-after").map(|value| value.to_str().unwrap().to_owned());
     (status, response.bytes().unwrap().to_vec(), retry_after)
@@ -119,6 +124,18 @@ fn the_origin_decides_who_may_plan_and_the_edge_never_applies() {
         assert!(matches!(at_origin.0, 401 | 403), "{}", at_origin.0);
         assert_eq!((at_edge.0, at_edge.1), (at_origin.0, at_origin.1), "{token:?}");
     }
+    // Without an id of its own, the request gets one from the edge, which the origin's
+    // refusal passing through names too: the edge sent it on.
+    let unnamed = reqwest::blocking::Client::new()
+        .post(format!("{}/api/compute/fleet/plan", edge.base))
+        .bearer_auth("no-such-token")
+        .body(plan.clone())
+        .send()
+        .unwrap();
+    let id = unnamed.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(id.len() == 32 && id.bytes().all(|byte| byte.is_ascii_hexdigit()), "{id}");
+    let refusal: Value = unnamed.json().unwrap();
+    assert_eq!(refusal["error"]["requestId"], id.as_str(), "{refusal}");
     for path in ["/api/compute/fleet/apply", "/api/compute/fleet/status", "/api/compute/pools/list"] {
         let (status, body, _) = post(&edge.base, path, Some(&token), &plan);
         let body: Value = serde_json::from_slice(&body).unwrap();
