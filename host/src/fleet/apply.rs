@@ -1,20 +1,30 @@
 //! Apply (SPEC §6.3), a proposal's apply (§17) and the heal that fleet.drift makes
-//! (§15): in one write transaction the planner plans again and runs every call through
-//! the module handlers, then what the apply leaves is recorded with it: the overlay's
-//! writes and the audit records, the name bindings, the revision and the applied
-//! document, the proposal it applied, the drift it ends, and the next check's time.
+//! (§15), one path: the request is read once into what it applies ([`Applying`]); then,
+//! in one write transaction, its gate (an approved proposal and the applier's right to
+//! its calls, or the revision a heal restores), a fresh planner that plans again and
+//! runs every call through the module handlers, and the record of what the apply
+//! leaves: the overlay's writes and the audit records, the name bindings, the revision
+//! and the applied document, the proposal it applied, the drift it ends, and the next
+//! check's time.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_guest::grammar::is_name;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{Planning, bindings, drift, history, proposals};
+use super::proposals::{self, Approved};
+use super::request::PlannerRequest;
+use super::{Planning, bindings, history, schedule};
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::auth::Caller;
 use crate::calls::context::{Ctx, Via};
+use crate::calls::input::Input;
+use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call, Registry};
 use crate::db::params;
 use crate::db::{self, Conn};
@@ -29,22 +39,64 @@ use crate::store::trail;
 /// of it back. Unpinned, the plan applied is the one made inside the transaction, so
 /// identical concurrent applies converge (the later ones with no calls).
 pub(super) fn apply(planning: &Planning, call: Call) -> Answer {
-    let how = match proposals::named(call.body) {
-        Ok(None) => How::Apply,
-        Ok(Some(number)) => How::Proposal(number),
+    let applying = match Applying::read(call.body) {
+        Ok(applying) => applying,
         Err(error) => return Answer::from(Err(error)),
     };
-    let (sandbox, applied) = applied(planning, call.methods, call.caller, call.db, call.body, how);
-    let output = applied.map(|applied| applied.map(|(output, _)| output).unwrap_or_default());
-    Answer { output, sandbox }
+    let (sandbox, done) = run(planning, call.methods, call.caller, call.db, &applying);
+    Answer { output: done.map(|done| done.map(|done| done.output).unwrap_or_default()), sandbox }
 }
 
-/// What an apply is: a document's, an approved proposal's (by its number), or a heal.
-#[derive(Clone, Copy)]
-enum How<'a> {
-    Apply,
-    Proposal(i64),
-    Heal(&'a Heal<'a>),
+/// What an apply applies, read once from its request.
+enum Applying<'a> {
+    /// A document, in the request as the client sent it: the planner reads it and
+    /// refuses what is wrong with it; the host reads what it records once it is accepted.
+    Document(&'a str),
+    /// An approved proposal (`{"proposal": N, "overrides"?}`), with the overrides the
+    /// applier gives its plan's denials.
+    Proposal { number: i64, overrides: Option<Box<RawValue>> },
+    /// A heal: the applied document again, restoring its revision.
+    Heal { heal: &'a Heal<'a>, request: &'a str },
+}
+
+impl<'a> Applying<'a> {
+    /// A request that names a proposal is read here, once, and must name nothing the
+    /// proposal holds; any other request is a document's, the planner's to read.
+    fn read(body: &'a str) -> Result<Applying<'a>, ApiError> {
+        // Only a request that holds the word can name one.
+        if !body.contains(r#""proposal""#) {
+            return Ok(Applying::Document(body));
+        }
+        // A body that is no JSON object is the planner's to refuse, with its problems.
+        let Ok(Value::Object(members)) = parse_body(body.as_bytes()) else { return Ok(Applying::Document(body)) };
+        if !members.contains_key("proposal") {
+            return Ok(Applying::Document(body));
+        }
+        let mut input = Input::new(Value::Object(members))?;
+        let number = input.count("proposal", true).map_or(0, |number| i64::try_from(number).unwrap_or(i64::MAX));
+        if number == 0 {
+            input.problem("proposal", "must be a proposal's number, 1 or more");
+        }
+        let overrides = input.take_optional("overrides");
+        for field in ["document", "prune", "planHash", "heal", "rollbackOf"] {
+            if input.take_optional(field).is_some() {
+                input.problem(field, "a proposal's apply takes its document, prune and plan hash from the proposal");
+            }
+        }
+        input.finish()?;
+        let overrides = overrides.map(|overrides| serde_json::value::to_raw_value(&overrides)).transpose();
+        Ok(Applying::Proposal { number, overrides: overrides.map_err(ApiError::internal)? })
+    }
+
+    /// The gate a direct apply passes when the deployment or a policy wants approval
+    /// first; a proposal was approved, and a heal restores what was applied.
+    fn gate(&self, planning: &Planning) -> ApprovalGate {
+        match self {
+            Applying::Document(_) if planning.require_approval => ApprovalGate::EveryChange,
+            Applying::Document(_) => ApprovalGate::Verdicts,
+            Applying::Proposal { .. } | Applying::Heal { .. } => ApprovalGate::None,
+        }
+    }
 }
 
 /// A heal fleet.drift makes (SPEC §15): the revision it restores, if it is still the
@@ -56,95 +108,171 @@ pub struct Heal<'a> {
     pub drifted: &'a Value,
 }
 
-/// An apply, a proposal's or a heal: the heal is audited `fleet.heal`, records no
-/// revision, and ends the drift with `fleet.healed`. Answers the guest's CPU time, and
-/// the output and the calls made; a heal that an apply overtook makes nothing and
-/// answers none.
-fn applied(
+/// What an apply that committed answers, and the calls it made.
+struct Done {
+    output: String,
+    calls: u64,
+}
+
+/// What an apply's gate let through: the planner's request, and the proposal a
+/// proposal's apply applies (planned as its author, so that its creates keep the ids
+/// the reviewers saw).
+struct Gated<'a> {
+    request: Cow<'a, str>,
+    proposal: Option<Approved>,
+}
+
+/// An apply, a proposal's or a heal, from its gate to its record: the heal is audited
+/// `fleet.heal`, records no revision, and ends the drift with `fleet.healed`. Answers
+/// the guest's CPU time, and what the apply made; a heal that an apply overtook makes
+/// nothing and answers none.
+fn run(
     planning: &Planning,
     methods: &Arc<Registry>,
     caller: Caller,
     db: Conn,
-    body: &str,
-    how: How,
-) -> (Duration, Result<Option<(String, u64)>, ApiError>) {
+    applying: &Applying,
+) -> (Duration, Result<Option<Done>, ApiError>) {
     if let Err(error) = db::begin(&db, db::Tx::Write(&caller.tenant)) {
         return (Duration::ZERO, Err(error));
     }
-    // A proposal's apply plans the proposal's own request, pinned to its plan hash.
-    let proposed = match how {
-        How::Proposal(number) => match proposals::request_to_apply(&db, &caller, methods, number, body) {
-            Ok(to_apply) => Some(to_apply),
-            Err(error) => return (Duration::ZERO, db::finish(&db, Err(error))),
-        },
-        _ => None,
+    let gated = match pass_gate(&db, &caller, methods, applying) {
+        Ok(Some(gated)) => gated,
+        Ok(None) => return (Duration::ZERO, db::finish(&db, Ok(None))),
+        Err(error) => return (Duration::ZERO, db::finish(&db, Err(error))),
     };
-    let body = proposed.as_ref().map_or(body, |to_apply| to_apply.request.as_str());
-    let author = proposed.as_ref().map(|to_apply| to_apply.author.clone());
-    let heal = match how {
-        How::Heal(heal) => Some(heal),
-        _ => None,
-    };
-    if let Some(heal) = heal {
-        let current = db.query_opt(
-            "SELECT revision, heal_token FROM fleet_applied WHERE tenant = ?1",
-            params![&caller.tenant],
-            |row| Ok((row.get::<i64>(0)?, row.get::<Option<String>>(1)?)),
-        );
-        // An apply since the check found the drift: the heal is no longer wanted.
-        match current {
-            Ok(current) if current == Some((heal.revision, Some(heal.token.to_owned()))) => {}
-            Ok(_) => return (Duration::ZERO, db::finish(&db, Ok(None))),
-            Err(error) => return (Duration::ZERO, db::finish(&db, Err(error.into()))),
-        }
-    }
-    let gate = match how {
-        How::Apply if planning.require_approval => ApprovalGate::EveryChange,
-        How::Apply => ApprovalGate::Verdicts,
-        How::Proposal(_) | How::Heal(_) => ApprovalGate::None,
-    };
-    let session = Session::new(caller, db, planning.source()).planned_as(author).applying(methods.clone()).gated(gate);
-    let (session, result) = planning.sandbox.call(session, Entry::Apply, body);
-    let recorded = result.and_then(|output| {
-        let applied: Applied = serde_json::from_str(&output).map_err(ApiError::internal)?;
-        if let Some(apply) = &session.methods {
-            let ctx = Ctx { caller: &session.caller, db: &session.db, via: Via::Apply(&apply.deferred) };
-            let overrides = applied.overrides.iter().map(|item| (&*item.policy, &*item.reason));
-            crate::policies::record_overrides(&ctx, overrides)?;
-            apply.deferred.objects.flush(&session.db, &session.caller.tenant)?;
-            let via = if heal.is_some() { "fleet.heal" } else { "fleet.apply" };
-            trail::write_pending(&session.db, &apply.deferred.audits, via, &applied.plan.plan_hash)?;
-        }
-        match how {
-            How::Apply => {
-                record(planning, &session.db, &session.caller, body, &applied, None)?;
-            }
-            How::Proposal(number) => {
-                let revision = record(planning, &session.db, &session.caller, body, &applied, Some(number))?;
-                proposals::applied(planning, &session.db, &session.caller, number, revision)?;
-            }
-            How::Heal(heal) => record_heal(planning, &session.db, &session.caller, &applied, heal)?,
-        }
-        drift::schedule(&session.db, &session.caller.tenant, drift::now_ms(), planning.drift_interval)?;
-        let calls = applied.applied;
-        Ok((output, calls))
+    let author = gated.proposal.as_ref().map(|proposal| proposal.author().to_owned());
+    let session = Session::new(caller, db, planning.source())
+        .planned_as(author)
+        .applying(methods.clone())
+        .gated(applying.gate(planning));
+    let (session, planned) = planning.sandbox.call(session, Entry::Apply, &gated.request);
+    let recorded = planned.and_then(|output| {
+        let calls = record(planning, &session, applying, gated, &output)?;
+        Ok(Done { output, calls })
     });
-    let finished = db::finish(&session.db, recorded).map(|(output, calls)| {
-        planning.metrics.apply_calls.inc_by(calls);
+    let finished = db::finish(&session.db, recorded).map(|done| {
+        planning.metrics.apply_calls.inc_by(done.calls);
         let _ = planning.wake.send(());
-        Some((output, calls))
+        Some(done)
     });
     // A proposal whose plan no longer comes out the same is stale: a new one is needed.
-    let finished = match (finished, how) {
-        (Err(error), How::Proposal(number)) if error.code == Code::ConfigDrift => {
-            match proposals::stale(planning, &session.db, &session.caller, number) {
-                Ok(()) => Err(error),
+    let finished = match (finished, applying) {
+        (Err(error), Applying::Proposal { number, .. }) if error.code == Code::ConfigDrift => {
+            match proposals::mark_stale(&planning.metrics, &session.db, &session.caller, *number) {
+                Ok(()) => {
+                    let _ = planning.wake.send(());
+                    Err(error)
+                }
                 Err(marking) => Err(marking),
             }
         }
         (finished, _) => finished,
     };
     (session.sandbox, finished)
+}
+
+/// Inside the apply's transaction, before the planner: what the apply plans, or `None`
+/// for a heal an apply overtook. A proposal must be open and approved, and the applier
+/// allowed every call of its plan (`PERMISSION_DENIED` otherwise: without them the plan
+/// would come out blocked, and the proposal would seem stale); it is planned again
+/// pinned to its plan hash, with the overrides the applier gives.
+fn pass_gate<'a>(
+    db: &Conn,
+    caller: &Caller,
+    methods: &Registry,
+    applying: &'a Applying,
+) -> Result<Option<Gated<'a>>, ApiError> {
+    match applying {
+        Applying::Document(body) => Ok(Some(Gated { request: Cow::Borrowed(body), proposal: None })),
+        Applying::Proposal { number, overrides } => {
+            let proposal = proposals::approved(db, &caller.tenant, *number)?;
+            authorize_calls(&proposal.plan, caller, methods)?;
+            let request = PlannerRequest {
+                plan_hash: Some(proposal.plan_hash()),
+                overrides: overrides.as_deref(),
+                ..PlannerRequest::of(&proposal.document, proposal.prune())?
+            }
+            .text()?;
+            Ok(Some(Gated { request: Cow::Owned(request), proposal: Some(proposal) }))
+        }
+        Applying::Heal { heal, request } => {
+            let current = db.query_opt(
+                "SELECT revision, heal_token FROM fleet_applied WHERE tenant = ?1",
+                params![&caller.tenant],
+                |row| Ok((row.get::<i64>(0)?, row.get::<Option<String>>(1)?)),
+            )?;
+            // An apply since the check found the drift: the heal is no longer wanted.
+            let wanted = current == Some((heal.revision, Some(heal.token.to_owned())));
+            Ok(wanted.then_some(Gated { request: Cow::Borrowed(request), proposal: None }))
+        }
+    }
+}
+
+/// Whether `caller` may run every method the stored plan calls.
+fn authorize_calls(plan: &str, caller: &Caller, registry: &Registry) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    struct Calls<'a> {
+        #[serde(borrow)]
+        calls: Vec<Called<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Called<'a> {
+        #[serde(borrow)]
+        method: Cow<'a, str>,
+    }
+    let calls: Calls = serde_json::from_str(plan).map_err(ApiError::internal)?;
+    let mut methods: Vec<&str> = calls.calls.iter().map(|call| &*call.method).collect();
+    methods.sort_unstable();
+    methods.dedup();
+    for name in methods {
+        let method = registry.by_name(name).ok_or_else(|| {
+            ApiError::internal(format_args!("the plan calls {name}, which this server does not serve"))
+        })?;
+        method.authorize(caller).map_err(|refused| {
+            ApiError::new(Code::PermissionDenied, format!("{}; nothing was applied", refused.message))
+                .with_details(refused.details.unwrap_or_default())
+        })?;
+    }
+    Ok(())
+}
+
+/// Inside the apply's transaction, after the planner ran every call: the overrides, the
+/// overlay's writes and the audit records; then what this kind of apply records; then
+/// the next check's time. Answers the calls made.
+fn record(
+    planning: &Planning,
+    session: &Session,
+    applying: &Applying,
+    gated: Gated,
+    output: &str,
+) -> Result<u64, ApiError> {
+    let answer: ApplyAnswer = serde_json::from_str(output).map_err(ApiError::internal)?;
+    let (db, caller) = (&session.db, &session.caller);
+    if let Some(apply) = &session.methods {
+        let ctx = Ctx { caller, db, via: Via::Apply(&apply.deferred) };
+        let overrides = answer.overrides.iter().map(|item| (&*item.policy, &*item.reason));
+        crate::policies::record_overrides(&ctx, overrides)?;
+        apply.deferred.objects.flush(db, &caller.tenant)?;
+        let via = if matches!(applying, Applying::Heal { .. }) { "fleet.heal" } else { "fleet.apply" };
+        trail::write_pending(db, &apply.deferred.audits, via, &answer.plan.plan_hash)?;
+    }
+    match (applying, gated.proposal) {
+        (Applying::Heal { heal, .. }, _) => record_heal(planning, db, caller, &answer, heal)?,
+        (_, Some(proposal)) => {
+            let document: &RawValue = serde_json::from_str(&proposal.document).map_err(ApiError::internal)?;
+            let applied = Recorded { document, prune: proposal.prune(), heal: false, rollback_of: None };
+            let revision = record_apply(planning, db, caller, &applied, &answer, Some(proposal.number()))?;
+            proposals::mark_applied(&planning.metrics, db, caller, proposal, revision)?;
+        }
+        (_, None) => {
+            // The planner accepted the request, so it is a JSON object with a document.
+            let applied: Recorded = serde_json::from_str(&gated.request).map_err(ApiError::internal)?;
+            record_apply(planning, db, caller, &applied, &answer, None)?;
+        }
+    }
+    schedule::schedule(db, &caller.tenant, schedule::now_ms(), planning.drift_interval)?;
+    Ok(answer.applied)
 }
 
 /// Why a heal was refused, or the calls it made; an error is an outage or a bug, for
@@ -161,10 +289,10 @@ pub fn heal(
         Ok(caller) => caller,
         Err(refused) => return Ok(Err(refused)),
     };
-    let (_, applied) =
-        applied(planning, dispatcher.registry(), caller, dispatcher.db().get()?, request, How::Heal(heal));
-    match applied {
-        Ok(Some((_, calls))) => Ok(Ok(calls)),
+    let applying = Applying::Heal { heal, request };
+    let (_, healed) = run(planning, dispatcher.registry(), caller, dispatcher.db().get()?, &applying);
+    match healed {
+        Ok(Some(done)) => Ok(Ok(done.calls)),
         // The check that found the drift no longer records anything either.
         Ok(None) => Ok(Err("an apply came after the check that found the drift".to_owned())),
         Err(error) if matches!(error.code, Code::Unavailable | Code::Internal | Code::ResourceExhausted) => Err(error),
@@ -196,63 +324,63 @@ fn refusal(error: &ApiError) -> String {
     why
 }
 
-/// What `record` reads of an apply's output (the planner's JSON, which goes to the
-/// client unchanged): read in place, the rest skipped, as it is megabytes for a large
-/// estate.
-#[derive(serde::Deserialize)]
-struct Applied<'a> {
+/// What `record` reads of the planner's answer to an apply (which goes to the client
+/// unchanged): read in place, the rest skipped, as it is megabytes for a large estate.
+#[derive(Deserialize)]
+struct ApplyAnswer<'a> {
     #[serde(borrow)]
-    plan: AppliedPlan<'a>,
+    plan: AnsweredPlan<'a>,
     applied: u64,
     /// The overrides that let the plan's denials through (SPEC §14).
     #[serde(borrow, default)]
-    overrides: Vec<AppliedOverride<'a>>,
+    overrides: Vec<AnsweredOverride<'a>>,
 }
 
-impl Applied<'_> {
+impl ApplyAnswer<'_> {
     /// `[{"policy", "reason"}]`, as history keeps and `fleet.applied` tells them.
     fn overrides_json(&self) -> Value {
         self.overrides.iter().map(|item| json!({"policy": item.policy, "reason": item.reason})).collect()
     }
 }
 
-#[derive(serde::Deserialize)]
-struct AppliedOverride<'a> {
+#[derive(Deserialize)]
+struct AnsweredOverride<'a> {
     #[serde(borrow)]
-    policy: std::borrow::Cow<'a, str>,
+    policy: Cow<'a, str>,
     #[serde(borrow)]
-    reason: std::borrow::Cow<'a, str>,
+    reason: Cow<'a, str>,
 }
 
-#[derive(serde::Deserialize)]
-struct AppliedPlan<'a> {
+#[derive(Deserialize)]
+struct AnsweredPlan<'a> {
     #[serde(rename = "planHash", borrow)]
-    plan_hash: std::borrow::Cow<'a, str>,
+    plan_hash: Cow<'a, str>,
     summary: Value,
     #[serde(borrow)]
-    changes: Vec<AppliedChange<'a>>,
+    changes: Vec<AnsweredChange<'a>>,
 }
 
-#[derive(serde::Deserialize)]
-struct AppliedChange<'a> {
+#[derive(Deserialize)]
+struct AnsweredChange<'a> {
     #[serde(borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: Cow<'a, str>,
     #[serde(borrow)]
-    key: std::borrow::Cow<'a, str>,
+    key: Cow<'a, str>,
     #[serde(borrow, default)]
-    id: Option<std::borrow::Cow<'a, str>>,
+    id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    action: std::borrow::Cow<'a, str>,
+    action: Cow<'a, str>,
     /// A rename's old name.
     #[serde(borrow, default)]
-    from: Option<std::borrow::Cow<'a, str>>,
+    from: Option<Cow<'a, str>>,
 }
 
-/// What `record` reads of the apply request: the document as its text, stored as sent.
-#[derive(serde::Deserialize)]
-struct ApplyRequest<'a> {
+/// What an apply records of what it applied: the document as its text, stored as sent
+/// (or as the proposal stored it), how, and whether it heals.
+#[derive(Deserialize)]
+struct Recorded<'a> {
     #[serde(borrow)]
-    document: &'a serde_json::value::RawValue,
+    document: &'a RawValue,
     #[serde(default)]
     prune: bool,
     #[serde(default)]
@@ -265,16 +393,14 @@ struct ApplyRequest<'a> {
 /// the next revision (naming the proposal applied, if any), and the drift state (an
 /// apply counts as a check that converged; its caller puts the next check one interval
 /// later). Answers the revision.
-fn record(
+fn record_apply(
     planning: &Planning,
     db: &Conn,
     caller: &Caller,
-    body: &str,
-    applied: &Applied,
+    request: &Recorded,
+    applied: &ApplyAnswer,
     proposal: Option<i64>,
 ) -> Result<i64, ApiError> {
-    // The planner accepted the request, so it is a JSON object with a document.
-    let request: ApplyRequest = serde_json::from_str(body).map_err(ApiError::internal)?;
     let plan = &applied.plan;
     name_objects(planning, db, &caller.tenant, plan)?;
     let heal_token = match (request.heal, &caller.token) {
@@ -301,7 +427,7 @@ fn record(
             )?;
             revision
         }
-        None => record_revision(planning, db, caller, &request, applied, heal_token, proposal)?,
+        None => record_revision(planning, db, caller, request, applied, heal_token, proposal)?,
     };
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
     if was_drifted {
@@ -322,8 +448,8 @@ fn record_revision(
     planning: &Planning,
     db: &Conn,
     caller: &Caller,
-    request: &ApplyRequest,
-    applied: &Applied,
+    request: &Recorded,
+    applied: &ApplyAnswer,
     heal_token: Option<&str>,
     proposal: Option<i64>,
 ) -> Result<i64, ApiError> {
@@ -389,7 +515,7 @@ fn unchanged(db: &Conn, tenant: &str, document: &str, prune: bool) -> Result<Opt
 
 /// The names an apply gives: bindings of the objects it created under names, and the
 /// renames it made (SPEC §15).
-fn name_objects(planning: &Planning, db: &Conn, tenant: &str, plan: &AppliedPlan) -> Result<(), ApiError> {
+fn name_objects(planning: &Planning, db: &Conn, tenant: &str, plan: &AnsweredPlan) -> Result<(), ApiError> {
     let created = plan.changes.iter().filter(|change| change.action == "create" && is_name(&change.key));
     let named = created.filter_map(|change| Some((&*change.kind, &*change.key, &**change.id.as_ref()?)));
     bindings::bind(db, tenant, named)?;
@@ -411,7 +537,7 @@ fn record_heal(
     planning: &Planning,
     db: &Conn,
     caller: &Caller,
-    applied: &Applied,
+    applied: &ApplyAnswer,
     heal: &Heal,
 ) -> Result<(), ApiError> {
     let plan = &applied.plan;
@@ -436,7 +562,7 @@ fn publish_applied(
     planning: &Planning,
     db: &Conn,
     caller: &Caller,
-    applied: &Applied,
+    applied: &ApplyAnswer,
     revision: i64,
     proposal: Option<i64>,
     via: &str,

@@ -13,6 +13,8 @@ pub mod drift;
 pub mod history;
 mod preview;
 mod proposals;
+mod request;
+mod schedule;
 mod schema;
 pub mod state;
 mod status;
@@ -33,8 +35,6 @@ use drift::Checks;
 use schema::{
     apply_schemas, check_schemas, export_schemas, plan_schema, request_schema, snapshot_schemas, status_schemas,
 };
-
-pub use apply::{Heal, heal};
 
 /// What fleet's methods, the drift reconciler and the demo plan with: the planner's
 /// sandbox, the state it reads, the kinds and plugins of the deployment, where the

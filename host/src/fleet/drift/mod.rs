@@ -17,14 +17,23 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Heal, Planning, heal};
+mod changes;
+
+/// The clock [`Reconciler::activate`] is given its time by.
+pub use super::schedule::now_ms;
+pub use changes::drift_changes;
+use changes::{drifted, drifted_data, transition};
+
+use super::Planning;
+use super::apply::{Heal, heal};
+use super::request::PlannerRequest;
+use super::schedule::{self, Clock, millis, next_due, release_each};
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::auth::{Caller, Grant};
 use crate::db::params;
 use crate::db::{self, Tx};
 use crate::events;
-use crate::store::trail;
 
 /// What one check found for one tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,43 +55,6 @@ pub enum Outcome {
 pub struct Activation {
     pub checked: usize,
 }
-
-/// `fleet.drifted`'s data for a check's `plan` (see [`Reconciler::drifted_event`]).
-fn drifted_data(
-    db: &db::Conn,
-    applied: &Applied,
-    plan: &Value,
-    recorded_since: Option<&str>,
-    now: &str,
-) -> Result<Value, ApiError> {
-    let changes = drift_changes(db, &applied.tenant, plan)?;
-    let since = match recorded_since {
-        Some(since) => since.to_owned(),
-        None => changes
-            .iter()
-            .filter_map(|change| change["changedAt"].as_str())
-            .filter(|at| *at >= applied.applied_at.as_str())
-            .min()
-            .unwrap_or(now)
-            .to_owned(),
-    };
-    Ok(json!({ "planHash": plan["planHash"], "summary": plan["summary"], "since": since, "changes": changes }))
-}
-
-/// The event a check publishes, given the drift recorded before and found now.
-pub fn transition(recorded: Option<&str>, found: Option<&str>) -> Option<&'static str> {
-    match (recorded, found) {
-        (None, None) => None,
-        (Some(_), None) => Some(events::CONVERGED),
-        (None, Some(_)) => Some(events::DRIFTED),
-        (Some(before), Some(now)) if before != now => Some(events::DRIFTED),
-        (Some(_), Some(_)) => None,
-    }
-}
-
-/// How many due tenants a replica claims at once: small, so that replicas share the
-/// work about evenly and a replica that dies holds few checks.
-const CLAIM_BATCH: i64 = 16;
 
 /// A request to check one tenant now, and where its answer goes.
 struct Asked {
@@ -177,7 +149,7 @@ impl Reconciler {
         let interval = millis(self.planning.drift_interval);
         let mut checked = 0;
         loop {
-            let claimed = self.claim(now, interval)?;
+            let claimed = schedule::claim(&self.planning.db.get()?, &self.replica, now, interval)?;
             if claimed.is_empty() {
                 return Ok(Activation { checked });
             }
@@ -231,50 +203,6 @@ impl Reconciler {
         release_each(&db, &self.replica, &released)
     }
 
-    /// Claims up to [`CLAIM_BATCH`] tenants due at `now` whose checks nobody holds (or
-    /// whose holder's claim lapsed): one statement, so of the servers that poll together
-    /// exactly one claims each tenant: on PostgreSQL each candidate is locked as it is
-    /// chosen, and one another server holds is passed over. The outer `due_at` and
-    /// `claimed_until` conditions check each row again as it is written, so a tenant is
-    /// never claimed twice.
-    fn claim(&self, now: i64, interval: i64) -> Result<Vec<(String, i64)>, ApiError> {
-        let db = self.planning.db.get()?;
-        let sql = match db.backend() {
-            // The candidates another replica is claiming or releasing right now are skipped,
-            // not waited for: waiting, this claim would find them claimed when it re-read
-            // them and come back with fewer or none, and an empty claim ends the replica's
-            // round until its next poll while tenants are still due. The candidates are
-            // chosen once (a materialized CTE), whatever the table's statistics say: a
-            // plan that ran the choice again for every row took seconds a claim.
-            db::Backend::Postgres => {
-                "WITH due AS MATERIALIZED (
-                     SELECT tenant FROM drift_schedule
-                     WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-                     ORDER BY due_at, tenant LIMIT ?4 FOR UPDATE SKIP LOCKED)
-                 UPDATE drift_schedule SET holder = ?1, claimed_until = ?3 FROM due
-                 WHERE drift_schedule.tenant = due.tenant
-                   AND due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-                 RETURNING drift_schedule.tenant, due_at"
-            }
-            // One writer: nobody else holds a row.
-            db::Backend::Sqlite => {
-                "UPDATE drift_schedule SET holder = ?1, claimed_until = ?3
-                 WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-                   AND tenant IN (SELECT tenant FROM drift_schedule
-                                  WHERE due_at <= ?2 AND (claimed_until IS NULL OR claimed_until <= ?2)
-                                  ORDER BY due_at, tenant LIMIT ?4)
-                 RETURNING tenant, due_at"
-            }
-        };
-        let claimed = db.query(sql, params![&self.replica, now, now.saturating_add(interval), CLAIM_BATCH], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })?;
-        if !claimed.is_empty() {
-            tracing::debug!(replica = %self.replica, claimed = claimed.len(), "fleet.drift claimed checks");
-        }
-        Ok(claimed)
-    }
-
     /// One activation over every tenant with an applied document.
     pub fn check_all(&self) -> Vec<(String, Outcome)> {
         let applied = match self.planning.db.get().map_err(ApiError::from).and_then(|db| list_applied(&db)) {
@@ -298,11 +226,11 @@ impl Reconciler {
     /// Checks one tenant now, as an activation would (`fleet status --refresh`): records
     /// the answer and publishes an event if it changed. `None` if it never applied.
     pub fn check_tenant(&self, tenant: &str) -> Result<Option<Outcome>, ApiError> {
-        applied(&self.planning.db.get()?, tenant)?.map(|applied| self.check(&applied)).transpose()
+        applied_document(&self.planning.db.get()?, tenant)?.map(|applied| self.check(&applied)).transpose()
     }
 
     /// Checks one tenant and records the answer.
-    fn check(&self, applied: &Applied) -> Result<Outcome, ApiError> {
+    fn check(&self, applied: &AppliedDocument) -> Result<Outcome, ApiError> {
         let plan = replan(&self.planning, applied)?;
         match drifted(&plan) {
             true => self.settle(applied, &plan, None),
@@ -313,10 +241,10 @@ impl Reconciler {
     /// A check found drift: a revision that heals is applied again, with the authority of
     /// the token that applied it (SPEC §15); a heal refused is recorded as the drift, with
     /// why. A claimed check (`release_at`) ends its claim either way.
-    fn settle(&self, applied: &Applied, plan: &Value, release_at: Option<i64>) -> Result<Outcome, ApiError> {
+    fn settle(&self, applied: &AppliedDocument, plan: &Value, release_at: Option<i64>) -> Result<Outcome, ApiError> {
         let Some(token) = &applied.heal_token else { return self.record(applied, plan, release_at, None) };
         // The document as it was applied, not encoded again.
-        let request = format!(r#"{{"document":{},"prune":{}}}"#, applied.document, applied.prune);
+        let request = PlannerRequest::of(&applied.document, applied.prune)?.text()?;
         // The drift is told before it is healed, with who made each change.
         let drifted = self.drifted_event(applied, plan)?;
         let heal_of = Heal { revision: applied.revision, token, drifted: &drifted };
@@ -339,7 +267,7 @@ impl Reconciler {
     /// with who made it, and since when: the first check that saw it
     /// (`recorded_since`), or the earliest change made outside fleet after the apply.
     /// The changes come out of the database (the audit trail names who changed what).
-    fn drifted_event(&self, applied: &Applied, plan: &Value) -> Result<Value, ApiError> {
+    fn drifted_event(&self, applied: &AppliedDocument, plan: &Value) -> Result<Value, ApiError> {
         let db = self.planning.db.get()?;
         let recorded: Option<Option<String>> =
             db.query_opt("SELECT since FROM fleet_drift WHERE tenant = ?1", params![&applied.tenant], |row| {
@@ -353,7 +281,7 @@ impl Reconciler {
     /// when it is due next) ends its claim in the same transaction.
     fn record(
         &self,
-        applied: &Applied,
+        applied: &AppliedDocument,
         plan: &Value,
         release_at: Option<i64>,
         heal_error: Option<&str>,
@@ -442,64 +370,10 @@ impl Reconciler {
     }
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Wall-clock milliseconds as the runtime's clock counts them from the start: real time
-/// in a server (the monotonic clock, which NTP slews but never steps), paused time in
-/// tests.
-struct Clock {
-    wall: i64,
-    started: tokio::time::Instant,
-}
-
-impl Clock {
-    fn start() -> Clock {
-        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Clock { wall: millis(wall), started: tokio::time::Instant::now() }
-    }
-
-    fn now_ms(&self) -> i64 {
-        self.wall.saturating_add(millis(self.started.elapsed()))
-    }
-}
-
-/// The time now in milliseconds since the Unix epoch, as the schedule counts it.
-pub fn now_ms() -> i64 {
-    millis(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default())
-}
-
-/// Puts a tenant's next check one interval after `now` (an apply is a check), in the
-/// apply's transaction.
-pub fn schedule(db: &db::Conn, tenant: &str, now: i64, interval: Duration) -> Result<(), ApiError> {
-    db.execute(
-        "INSERT INTO drift_schedule (tenant, due_at) VALUES (?1, ?2)
-         ON CONFLICT (tenant) DO UPDATE SET due_at = excluded.due_at",
-        params![tenant, now.saturating_add(millis(interval))],
-    )?;
-    Ok(())
-}
-
-/// When a check that was due at `due_at` and ran at `now` is due again. A check late by
-/// at most a quarter of an interval (a replica polls four times an interval) keeps its
-/// tenant's cadence: due one interval after it was due, so that the tenant is checked
-/// once an interval and its period does not grow by each check's lateness. A check
-/// later than that (the replicas fell behind, or the tenant's schedule is new) starts
-/// again from now: from its old cadence it would be due again at once, checked twice
-/// in one interval.
-fn next_due(due_at: i64, now: i64, interval: i64) -> i64 {
-    let late = now.saturating_sub(due_at);
-    match late <= interval / 4 {
-        true => due_at.saturating_add(interval),
-        false => now.saturating_add(interval),
-    }
-}
-
 /// Records the time of the checks in `quiet` that found no drift where none was
 /// recorded, for the same applied document as they planned: one statement. Returns the
 /// tenants it recorded; the others need a check's whole record.
-fn record_quiet(db: &db::Conn, quiet: &[(Applied, Value)]) -> Result<Vec<String>, ApiError> {
+fn record_quiet(db: &db::Conn, quiet: &[(AppliedDocument, Value)]) -> Result<Vec<String>, ApiError> {
     if quiet.is_empty() {
         return Ok(Vec::new());
     }
@@ -521,32 +395,8 @@ fn record_quiet(db: &db::Conn, quiet: &[(Applied, Value)]) -> Result<Vec<String>
     Ok(db.query(&sql, &params, |row| row.get(0))?)
 }
 
-/// Ends the claims `replica` holds of these tenants' checks, each due again at its
-/// time: one statement.
-fn release_each(db: &db::Conn, replica: &str, released: &[(&str, i64)]) -> Result<(), ApiError> {
-    if released.is_empty() {
-        return Ok(());
-    }
-    let mut params = vec![db::Param::from(replica)];
-    let (mut cases, mut names) = (Vec::new(), Vec::new());
-    for (tenant, next) in released {
-        let at = params.len() + 1;
-        cases.push(format!("WHEN ?{at} THEN CAST(?{} AS BIGINT)", at + 1));
-        names.push(format!("?{at}"));
-        params.push(db::Param::from(*tenant));
-        params.push(db::Param::Int(*next));
-    }
-    let sql = format!(
-        "UPDATE drift_schedule SET due_at = CASE tenant {} END, claimed_until = NULL
-         WHERE holder = ?1 AND tenant IN ({})",
-        cases.join(" "),
-        names.join(", ")
-    );
-    db.execute(&sql, &params)?;
-    Ok(())
-}
-
-struct Applied {
+/// A tenant's applied document, as its checks read it.
+struct AppliedDocument {
     tenant: String,
     document: String,
     prune: bool,
@@ -559,8 +409,8 @@ struct Applied {
 
 const APPLIED: &str = "SELECT tenant, document, prune, applied_by, applied_at, revision, heal_token FROM fleet_applied";
 
-fn applied_of(row: &db::Row) -> Result<Applied, db::Error> {
-    Ok(Applied {
+fn applied_of(row: &db::Row) -> Result<AppliedDocument, db::Error> {
+    Ok(AppliedDocument {
         tenant: row.get(0)?,
         document: row.get(1)?,
         prune: row.get(2)?,
@@ -571,16 +421,16 @@ fn applied_of(row: &db::Row) -> Result<Applied, db::Error> {
     })
 }
 
-fn list_applied(db: &db::Conn) -> Result<Vec<Applied>, ApiError> {
+fn list_applied(db: &db::Conn) -> Result<Vec<AppliedDocument>, ApiError> {
     Ok(db.query(&format!("{APPLIED} ORDER BY tenant"), &[], applied_of)?)
 }
 
-fn applied(db: &db::Conn, tenant: &str) -> Result<Option<Applied>, ApiError> {
+fn applied_document(db: &db::Conn, tenant: &str) -> Result<Option<AppliedDocument>, ApiError> {
     Ok(db.query_opt(&format!("{APPLIED} WHERE tenant = ?1"), params![tenant], applied_of)?)
 }
 
 /// The applied documents of these tenants (those that have one), by tenant: one query.
-fn applied_of_each(db: &db::Conn, tenants: &[&str]) -> Result<HashMap<String, Applied>, ApiError> {
+fn applied_of_each(db: &db::Conn, tenants: &[&str]) -> Result<HashMap<String, AppliedDocument>, ApiError> {
     let names: Vec<String> = (1..=tenants.len()).map(|at| format!("?{at}")).collect();
     let params: Vec<db::Param> = tenants.iter().map(|tenant| db::Param::from(*tenant)).collect();
     let sql = format!("{APPLIED} WHERE tenant IN ({})", names.join(", "));
@@ -591,7 +441,7 @@ fn applied_of_each(db: &db::Conn, tenants: &[&str]) -> Result<HashMap<String, Ap
 /// The plan that would bring `tenant` back to its applied document, if it drifted, found
 /// now and recorded nowhere: a read-only deployment's `status --refresh`.
 pub fn drift_now(planning: &Planning, tenant: &str) -> Result<Option<Value>, ApiError> {
-    let Some(applied) = applied(&planning.db.get()?, tenant)? else { return Ok(None) };
+    let Some(applied) = applied_document(&planning.db.get()?, tenant)? else { return Ok(None) };
     let plan = replan(planning, &applied)?;
     Ok(drifted(&plan).then_some(plan))
 }
@@ -600,9 +450,8 @@ pub fn drift_now(planning: &Planning, tenant: &str) -> Result<Option<Value>, Api
 /// what would converge the estate, not what its applier may do now: it plans with every
 /// grant, so that no change is blocked at plan time for a permission (SPEC §14). It only
 /// ever plans.
-fn replan(planning: &Planning, applied: &Applied) -> Result<Value, ApiError> {
-    let document: Value = serde_json::from_str(&applied.document).map_err(ApiError::internal)?;
-    let request = json!({ "document": document, "prune": applied.prune }).to_string();
+fn replan(planning: &Planning, applied: &AppliedDocument) -> Result<Value, ApiError> {
+    let request = PlannerRequest::of(&applied.document, applied.prune)?.text()?;
     let every = Grant::parse("compute:*:* @ *").map_err(ApiError::internal)?;
     let caller = Caller {
         tenant: applied.tenant.clone(),
@@ -621,85 +470,6 @@ pub fn tenants(db: &db::Conn) -> Result<(i64, i64), ApiError> {
             Ok((row.get(0)?, row.get(1)?))
         })?;
     Ok((drifted, applied - drifted))
-}
-
-/// The fleet has drifted when planning its applied document again has any call or
-/// blocked change.
-fn drifted(plan: &Value) -> bool {
-    let has = |list: &str| plan[list].as_array().is_some_and(|items| !items.is_empty());
-    has("calls") || has("blocked")
-}
-
-/// Per drifted object of a drift plan (SPEC §6.5): the fields with their applied and
-/// actual values, who last changed the object, when and through which method (from the
-/// audit trail; null when it has no record), `text` saying what happened, for people
-/// and chat (`pool gpu-a: gpus 96 -> 48 by bob via compute.pools.update`), and `repair`,
-/// the plan's line that would undo it.
-pub fn drift_changes(db: &db::Conn, tenant: &str, plan: &Value) -> Result<Vec<Value>, ApiError> {
-    let mut changes = Vec::new();
-    for change in plan["changes"].as_array().into_iter().flatten() {
-        let kind = change["kind"].as_str().unwrap_or_default();
-        // Quotas have no id: the audit trail names them by owner, their key.
-        let id = change["id"].as_str().or_else(|| change["key"].as_str()).unwrap_or_default();
-        let fields: Vec<Value> = change["fields"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|field| json!({"field": field["field"], "applied": field["to"], "actual": field["from"]}))
-            .collect();
-        let last = trail::last_change(db, tenant, kind, id)?;
-        let (changed_by, changed_at, method) = match last {
-            Some((principal, at, method)) => (json!(principal), json!(at), json!(method)),
-            None => (Value::Null, Value::Null, Value::Null),
-        };
-        let mut text = happened(kind, change, &fields);
-        if let (Some(principal), Some(method)) = (changed_by.as_str(), method.as_str()) {
-            text.push_str(&format!(" by {principal} via {method}"));
-        }
-        changes.push(json!({
-            "kind": kind, "key": change["key"], "id": id, "action": change["action"], "fields": fields,
-            "changedBy": changed_by, "changedAt": changed_at, "method": method, "text": text,
-            "repair": change["text"],
-        }));
-    }
-    Ok(changes)
-}
-
-/// What happened to an object, given the change of the plan that undoes it: the values
-/// it moved from (applied) and to (actual), or that it was archived, deleted or made.
-fn happened(kind: &str, change: &Value, fields: &[Value]) -> String {
-    let object =
-        format!("{} {}", fleet_guest::grammar::camel_words(kind, ' '), change["key"].as_str().unwrap_or_default());
-    match change["action"].as_str().unwrap_or_default() {
-        "update" => {
-            let moved: Vec<String> = fields
-                .iter()
-                .map(|field| {
-                    format!(
-                        "{} {} -> {}",
-                        field["field"].as_str().unwrap_or_default(),
-                        shown(&field["applied"]),
-                        shown(&field["actual"])
-                    )
-                })
-                .collect();
-            format!("{object}: {}", moved.join(", "))
-        }
-        "restore" => format!("{object} archived"),
-        "create" => format!("{object} deleted"),
-        "delete" | "archive" => format!("{object} made outside the applied document"),
-        _ => change["text"].as_str().unwrap_or_default().to_owned(),
-    }
-}
-
-/// A value in a sentence: strings bare unless empty, absent as `(none)`.
-fn shown(value: &Value) -> String {
-    match value {
-        Value::Null => "(none)".into(),
-        Value::String(text) if text.is_empty() => "\"\"".into(),
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

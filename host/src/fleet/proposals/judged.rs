@@ -16,6 +16,7 @@ use crate::calls::registry::{Answer, Call};
 use crate::db::{self, Tx, params};
 use crate::events;
 use crate::fleet::Planning;
+use crate::fleet::request::PlannerRequest;
 use crate::planner::{Entry, Session};
 
 // ---- create ---------------------------------------------------------------------------
@@ -55,7 +56,7 @@ impl<'a> CreateRequest<'a> {
     }
 }
 
-/// What a proposal keeps of its plan, read in place.
+/// What a proposal keeps of its plan, read in place, and the proposal's approval.
 #[derive(Deserialize)]
 struct Planned {
     summary: Value,
@@ -99,13 +100,19 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
     };
     let proposal = json!({"number": number, "author": caller.principal, "title": request.title, "reviews": []});
     let document = request.document.map_or("{}", RawValue::get);
-    let plan_request = format!(r#"{{"document":{document},"prune":{},"proposal":{proposal}}}"#, request.prune);
+    let plan_request = PlannerRequest::of(document, request.prune)
+        .and_then(|planned| PlannerRequest { proposal: Some(proposal), ..planned }.text());
+    let plan_request = match plan_request {
+        Ok(plan_request) => plan_request,
+        Err(error) => return Answer::from(db::finish(&db, Err(error))),
+    };
     let session = Session::new(caller, db, planning.source());
     let (session, output) = planning.sandbox.call(session, Entry::Plan, &plan_request);
     let Session { caller, db, sandbox, .. } = session;
     let made = output.and_then(|plan| {
         let planned: Planned = serde_json::from_str(&plan).map_err(ApiError::internal)?;
         proposable(&planned)?;
+        let reviewed = without_approval(&plan)?;
         let (approved, rejected) = planned.approval.as_ref().map_or((false, false), |it| (it.approved, it.rejected));
         let stored = Stored {
             number,
@@ -135,7 +142,7 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
                 stored.prune,
                 &stored.summary,
                 document,
-                &without_approval(&plan),
+                &reviewed,
                 approved,
             ],
         )?;
@@ -189,16 +196,24 @@ fn proposable(planned: &Planned) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The plan as `fleet/plan` answers it: the planner writes a proposal's `approval` as
-/// the member before the last (`planHash`), and it is no part of the plan reviewed.
-fn without_approval(plan: &str) -> String {
-    let (Some(start), Some(end)) = (plan.rfind(r#","approval":{"approved":"#), plan.rfind(r#","planHash":"#)) else {
-        return plan.to_owned();
-    };
-    if start > end {
-        return plan.to_owned();
+/// The plan as `fleet/plan` answers it, its members byte for byte: the planner's
+/// answer without its `approval` member, which is the proposal's, no part of the plan
+/// reviewed.
+fn without_approval(plan: &str) -> Result<String, ApiError> {
+    struct Members<'a>(Vec<(String, &'a RawValue)>);
+    impl serde::Serialize for Members<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap as _;
+            let mut map = serializer.serialize_map(Some(self.0.len()))?;
+            for (name, value) in &self.0 {
+                map.serialize_entry(name, value)?;
+            }
+            map.end()
+        }
     }
-    format!("{}{}", &plan[..start], &plan[end..])
+    let mut members = input::members(plan).map_err(ApiError::internal)?;
+    members.retain(|(name, _)| name != "approval");
+    serde_json::to_string(&Members(members)).map_err(ApiError::internal)
 }
 
 // ---- review ---------------------------------------------------------------------------
@@ -254,7 +269,12 @@ pub(super) fn review(planning: &Planning, call: Call) -> Answer {
         Err(error) => return Answer::from(db::finish(&db, Err(error))),
     };
     // Judged again with this review among the others, on the tenant's state now.
-    let plan_request = format!(r#"{{"document":{document},"prune":{prune},"proposal":{}}}"#, stored.for_planner());
+    let plan_request = PlannerRequest::of(&document, prune)
+        .and_then(|request| PlannerRequest { proposal: Some(stored.for_planner()), ..request }.text());
+    let plan_request = match plan_request {
+        Ok(plan_request) => plan_request,
+        Err(error) => return Answer::from(db::finish(&db, Err(error))),
+    };
     let (session, output) =
         planning.sandbox.call(Session::new(caller, db, planning.source()), Entry::Plan, &plan_request);
     let Session { caller, db, sandbox, .. } = session;
@@ -309,7 +329,10 @@ mod tests {
         let judged = format!(
             r#"{{"changes":[],"calls":[{{"input":{{"approval":"x"}}}}],"approval":{{"approved":true,"rejected":false,"rule":"default","pending":[],"rejections":[]}},"planHash":"{hash}"}}"#
         );
-        assert_eq!(without_approval(&judged), plain);
-        assert_eq!(without_approval(&plain), plain);
+        assert_eq!(without_approval(&judged).unwrap(), plain);
+        assert_eq!(without_approval(&plain).unwrap(), plain);
+        // An `approval` anywhere but at the top is the plan's own.
+        let nested = format!(r#"{{"calls":[{{"approval":{{"approved":true}}}}],"planHash":"{hash}"}}"#);
+        assert_eq!(without_approval(&nested).unwrap(), nested);
     }
 }

@@ -2,9 +2,9 @@
 //! byte for byte, reviewed by principals other than its author, and applied exactly as
 //! reviewed (`fleet/apply {"proposal": N}`, in `../apply.rs`).
 //!
-//! Here: the methods, the stored proposal, withdraw, get and list, and the states'
-//! events and audit records; `judged.rs` the two methods that run the planner (create
-//! and review); `applying.rs` what an apply of a proposal asks of it.
+//! Here: the methods, the stored proposal, withdraw, get and list, the states' events
+//! and audit records, and what an apply reads of a proposal and records of it;
+//! `judged.rs` the two methods that run the planner (create and review).
 //!
 //! Whether a proposal is approved is the planner's answer, like a verdict: the policies
 //! in force may define `approve` and `reject` rules over the plan's policy input and
@@ -20,7 +20,6 @@ use std::sync::Arc;
 use fleet_guest::grammar::TEXT_PATTERN;
 use serde_json::{Value, json};
 
-mod applying;
 mod judged;
 
 use super::Planning;
@@ -28,13 +27,13 @@ use super::schema::{fleet_config_schema, review_schema};
 
 use crate::api::ApiError;
 use crate::audit::{self, FieldChange};
-use crate::calls::context::Ctx;
+use crate::calls::auth::Caller;
+use crate::calls::context::{Ctx, Via};
 use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry, handler};
 use crate::db::{self, Conn, params};
 use crate::events;
 use crate::metrics::Metrics;
-pub(super) use applying::{applied, named, request_to_apply, stale};
 
 /// A proposal's states (SPEC §17).
 pub const STATES: [&str; 5] = ["open", "applied", "rejected", "withdrawn", "stale"];
@@ -221,6 +220,79 @@ fn reviews(db: &Conn, tenant: &str, number: i64) -> Result<Vec<Review>, ApiError
         params![tenant, number],
         |row| Ok(Review { principal: row.get(0)?, verdict: row.get(1)?, comment: row.get(2)?, at: row.get(3)? }),
     )?)
+}
+
+// ---- what an apply reads and records ------------------------------------------------------
+
+/// An open, approved proposal as its apply reads it, in one row: what it applies (its
+/// document, prune and plan hash), as whom it is planned (its author, so its creates keep
+/// the ids the reviewers saw), and the plan whose calls the applier must be allowed.
+pub(in crate::fleet) struct Approved {
+    stored: Stored,
+    pub document: String,
+    pub plan: String,
+}
+
+impl Approved {
+    pub fn number(&self) -> i64 {
+        self.stored.number
+    }
+
+    pub fn author(&self) -> &str {
+        &self.stored.author
+    }
+
+    pub fn prune(&self) -> bool {
+        self.stored.prune
+    }
+
+    pub fn plan_hash(&self) -> &str {
+        &self.stored.plan_hash
+    }
+}
+
+/// Inside the apply's transaction: proposal `number`, when it is open and approved;
+/// else `NOT_FOUND` or `FAILED_PRECONDITION`.
+pub(in crate::fleet) fn approved(db: &Conn, tenant: &str, number: i64) -> Result<Approved, ApiError> {
+    let found = db.query_opt(
+        &format!("SELECT {COLUMNS}, document, plan FROM proposals WHERE tenant = ?1 AND number = ?2"),
+        params![tenant, number],
+        |row| Ok(Approved { stored: stored_row(row)?, document: row.get(10)?, plan: row.get(11)? }),
+    )?;
+    let approved = found.ok_or_else(|| ApiError::not_found(format!("this tenant has no proposal {number}")))?;
+    approved.stored.must_be_open("applied")?;
+    if !approved.stored.approved {
+        return Err(ApiError::failed_precondition(format!("proposal {number} is not approved; nothing was applied")));
+    }
+    Ok(approved)
+}
+
+/// Inside the apply's transaction: the proposal is applied, by `revision`.
+pub(in crate::fleet) fn mark_applied(
+    metrics: &Metrics,
+    db: &Conn,
+    caller: &Caller,
+    approved: Approved,
+    revision: i64,
+) -> Result<(), ApiError> {
+    let stored = Stored { state: "applied".to_owned(), revision: Some(revision), ..approved.stored };
+    let ctx = Ctx { caller, db, via: Via::Api };
+    changed_state(metrics, &ctx, &stored, "open", "compute.fleet.apply")
+}
+
+/// After an apply that found the proposal's plan changed: in a transaction of its own
+/// (the apply's rolled back), the proposal becomes stale, if it is still open.
+pub(in crate::fleet) fn mark_stale(metrics: &Metrics, db: &Conn, caller: &Caller, number: i64) -> Result<(), ApiError> {
+    db::begin(db, db::Tx::Write(&caller.tenant))?;
+    let marked = load(db, &caller.tenant, number).and_then(|mut stored| {
+        if stored.state != "open" {
+            return Ok(());
+        }
+        stored.state = "stale".to_owned();
+        let ctx = Ctx { caller, db, via: Via::Api };
+        changed_state(metrics, &ctx, &stored, "open", "compute.fleet.apply")
+    });
+    db::finish(db, marked)
 }
 
 /// A request's `number`, as a row's key.
