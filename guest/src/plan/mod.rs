@@ -1,13 +1,16 @@
 //! The plan (SPEC §6.2): resolving a document's keys and references against the state,
-//! diffing, blocking, pruning, ordering the changes and calls, and hashing the result.
+//! diffing, blocking, pruning, judging by the policies in force, ordering the changes and
+//! calls, and hashing the result.
 //!
 //! [`plan`] runs the steps in order. `output.rs` holds what a plan says and how it is
 //! written, `hashed.rs` the form its hash covers; the planner (`planner.rs`, what each
 //! key names) plans the renames (`rename.rs`), runs plugin kinds' checks
-//! (`plugin_checks.rs`), plans each object (`entry.rs`) and prunes (`prune.rs`).
+//! (`plugin_checks.rs`), plans each object (`entry.rs`) and prunes (`prune.rs`); then
+//! the policies in force judge the plan (`judge.rs`, the input they read).
 
 mod entry;
 mod hashed;
+mod judge;
 pub(crate) mod output;
 mod planner;
 mod plugin_checks;
@@ -69,7 +72,7 @@ pub(crate) fn plan(
     }
     planner.prune(&mut plan, request.prune);
     plan.summary.blocked = plan.blocked.len();
-    (plan.policy, plan.approval) = crate::policy::judge::judge(estate, request, &plan, &|policy| host.judging(policy))?;
+    (plan.policy, plan.approval) = judge::judge(estate, request, &plan, &|policy| host.judging(policy))?;
     if let Some(judgement) = &plan.policy {
         plan.summary.denied = Some(judgement.denied());
         plan.summary.warnings = Some(judgement.warnings());

@@ -7,8 +7,9 @@
 //! `approve` and `reject` rules judge a proposal (`approval.rs`, SPEC §17). The input is built
 //! from the planner's own values, never through JSON text, and only the members a
 //! policy in force names are built at all (`input.estate` and `input.referencedBy` are the
-//! costly ones):
-//! `judge.rs` builds a plan's input and judges it.
+//! costly ones). The plan builds that input and asks `judge` here for the verdicts
+//! (`plan/judge.rs`): judging is a step of planning, and nothing here reads the plan's
+//! own types.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,7 +23,6 @@ use crate::grammar::is_name;
 use crate::value::Value;
 
 pub(crate) mod approval;
-pub(crate) mod judge;
 
 /// The largest policy source: a guardrail is a page of rules, not a program.
 pub const MAX_SOURCE_BYTES: usize = 64 * 1024;

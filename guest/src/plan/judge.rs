@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use regorus::Value as Rego;
 use rustc_hash::FxHashSet;
 
+use super::output::{Action, Change, Plan};
 use crate::document::PlanRequest;
 use crate::error::Error;
 use crate::estate::Estate;
 use crate::kinds::{Descriptor, FieldType};
-use crate::plan::output::{Action, Change, Plan};
 use crate::policy::approval::{self, Approval};
 use crate::policy::{self, Compiled, Judgement, Reads, Values, object};
 use crate::state::Object;
