@@ -8,8 +8,8 @@ use crate::document::{Override, PlanRequest};
 use crate::error::{Error, ErrorCode, Problem};
 use crate::host::{ApprovalGate, Host};
 use crate::plan::Plan;
-use crate::policy::{Level, Verdict};
-use crate::state::Caller;
+use crate::policy::Verdict;
+use crate::state::{Caller, Level};
 
 #[derive(Serialize)]
 struct Applied<'a> {

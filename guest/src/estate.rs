@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 
 use crate::kinds::{Catalog, Descriptor};
 use crate::state::Object;
-use crate::state::{Caller, Snapshot};
+use crate::state::{Caller, Policy, Snapshot};
 
 #[derive(Debug, Default)]
 struct Table {
@@ -63,7 +63,7 @@ pub(crate) struct Estate {
     pub(crate) catalog: Catalog,
     tables: Vec<Table>,
     /// The policies in force (SPEC §14).
-    pub(crate) policies: Vec<crate::policy::Policy>,
+    pub(crate) policies: Vec<Policy>,
 }
 
 impl Estate {

@@ -31,8 +31,7 @@ pub mod value;
 
 pub use error::{Error, ErrorCode, Problem};
 pub use kinds::{Catalog, Descriptor};
-pub use policy::{Level, Policy};
-pub use state::{Binding, Caller, Object, Snapshot};
+pub use state::{Binding, Caller, Level, Object, Policy, Snapshot};
 pub use value::Value;
 
 pub use document::{MOVED, PLAN_HASH_FORM, is_plan_hash};

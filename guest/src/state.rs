@@ -1,10 +1,12 @@
 //! The tenant's state as the planner reads it, kind-generically: per kind, objects with
 //! their fields in descriptor order (references are ids), the kinds whose modules run,
-//! and fleet's name bindings. It has two forms:
+//! fleet's name bindings, and the policies in force (their data; `policy/` compiles and
+//! runs them). It has two forms:
 //!
 //! - **JSON** (`compute.preview.snapshot`, the golden cases' `state.json`): `{"caller",
 //!   "modules": [kind], <section>: [object as the API writes it], "bindings": [{"kind",
-//!   "name", "id"}]}`; absent fields take their defaults.
+//!   "name", "id"}], "policies"?: [{"name", "level", "source"}]}`; absent fields take
+//!   their defaults.
 //! - **The state encoding**, which crosses the WIT boundary in one copy (`wit/fleet.wit`
 //!   documents it for other hosts): self-describing, little-endian, strings as a `u32`
 //!   byte length and UTF-8.
@@ -29,7 +31,6 @@ use serde_json::{Map, Value as Json};
 
 use crate::error::{Error, ErrorCode};
 use crate::kinds::{Catalog, Descriptor, FieldType};
-use crate::policy::{Level, Policy};
 use crate::value::{StringMap, Value};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +63,44 @@ pub struct Binding {
     pub kind: String,
     pub name: String,
     pub id: String,
+}
+
+/// How binding a policy's denials are (SPEC §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Its denials are warnings.
+    Advisory,
+    /// Its denials block the plan unless overridden.
+    Mandatory,
+    /// Its denials block the plan, and nothing overrides them.
+    Enforced,
+}
+
+impl Level {
+    pub const NAMES: [&'static str; 3] = ["advisory", "mandatory", "enforced"];
+
+    pub fn parse(text: &str) -> Option<Level> {
+        match text {
+            "advisory" => Some(Level::Advisory),
+            "mandatory" => Some(Level::Mandatory),
+            "enforced" => Some(Level::Enforced),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Level::NAMES[self as usize]
+    }
+}
+
+/// A policy in force: its name, level and Rego source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub name: String,
+    pub level: Level,
+    pub source: String,
 }
 
 /// Everything the planner reads of a tenant, in one value: what a host reports, or a

@@ -289,8 +289,7 @@ enum Field<'a> {
 mod tests {
     use serde_json::json;
 
-    use crate::policy::{Level, Policy};
-    use crate::state::{Caller, Snapshot};
+    use crate::state::{Caller, Level, Policy, Snapshot};
 
     const SITE: &str = "site_aaaaaaaaaaaaaaaaaaaaaaaaaa";
     const ACCOUNT: &str = "acct_aaaaaaaaaaaaaaaaaaaaaaaaaa";

@@ -6,8 +6,9 @@
 use regorus::Value as Rego;
 use serde::Serialize;
 
-use super::{Compiled, Policy, failure, messages};
+use super::{Compiled, failure, messages};
 use crate::document::{Proposal, ReviewVerdict};
+use crate::state::Policy;
 
 /// The plan's `approval`, written when the request names a proposal. Not hashed: the
 /// same plan is approved or not as its reviews come in.
@@ -154,8 +155,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use crate::error::ErrorCode;
-    use crate::policy::{Level, Policy};
-    use crate::state::{Caller, Snapshot};
+    use crate::state::{Caller, Level, Policy, Snapshot};
 
     fn state(policies: &[(&str, Level, &str)]) -> Snapshot {
         let mut state = Snapshot::empty(Caller { tenant: "acme".into(), principal: "alice".into(), grants: None });

@@ -15,55 +15,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use regorus::Value as Rego;
 use regorus::unstable::{BUILTINS, Lexer, TokenKind};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorCode};
 use crate::grammar::is_name;
 use crate::value::Value;
 
+/// A policy's data is the state's (`crate::state`); hosts name it here, beside [`compile`].
+pub use crate::state::{Level, Policy};
+
 pub(crate) mod approval;
 
 /// The largest policy source: a guardrail is a page of rules, not a program.
 pub const MAX_SOURCE_BYTES: usize = 64 * 1024;
-
-/// How binding a policy's denials are (SPEC §14).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    /// Its denials are warnings.
-    Advisory,
-    /// Its denials block the plan unless overridden.
-    Mandatory,
-    /// Its denials block the plan, and nothing overrides them.
-    Enforced,
-}
-
-impl Level {
-    pub const NAMES: [&'static str; 3] = ["advisory", "mandatory", "enforced"];
-
-    pub fn parse(text: &str) -> Option<Level> {
-        match text {
-            "advisory" => Some(Level::Advisory),
-            "mandatory" => Some(Level::Mandatory),
-            "enforced" => Some(Level::Enforced),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Level::NAMES[self as usize]
-    }
-}
-
-/// A policy in force: its name, level and Rego source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Policy {
-    pub name: String,
-    pub level: Level,
-    pub source: String,
-}
 
 /// Where a policy's source is wrong, and how: a line and column (1-based) and a
 /// sentence.
