@@ -11,8 +11,10 @@ use crate::plan::Plan;
 use crate::policy::Verdict;
 use crate::state::{Caller, Level};
 
+/// What an apply answers (SPEC §6.3): the plan applied, the calls it made, and the
+/// overrides that let it through.
 #[derive(Serialize)]
-struct Applied<'a> {
+struct ApplyAnswer<'a> {
     plan: &'a Plan,
     applied: usize,
     /// The overrides that let a denied plan through, for the host's audit trail.
@@ -60,7 +62,7 @@ pub(crate) fn apply(
         host.invoke(&call.method.to_string(), &call.invoke_input()?)?;
         applied += 1;
     }
-    crate::json::writer::write_json(out, &Applied { plan, applied, overrides: &overrides }, "apply result")
+    crate::json::writer::write_json(out, &ApplyAnswer { plan, applied, overrides: &overrides }, "apply result")
 }
 
 /// `APPROVAL_REQUIRED` when the gate holds the plan back.

@@ -134,9 +134,9 @@ pub struct Core {
 impl Core {
     pub fn new(config: &Config) -> anyhow::Result<Core> {
         let options = db::Options { busy_timeout: config.busy_timeout, read_only: config.read_only };
-        let db = db::open_with(&config.db_path, options)?;
         let metrics = Metrics::new();
         metrics.count_events(&events::TYPES);
+        let db = db::open_with(&config.db_path, options)?.counting(metrics.clone());
         let cache_dir = config.cache_dir.as_deref();
         let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
         let policies = Deployment::load(&config.policies)?;
@@ -255,7 +255,7 @@ fn registry(
     crate::audit::register(&mut registry);
     crate::policies::register(&mut registry, policies);
     let reach = config.webhook_reach.clone();
-    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES, &planning.metrics);
+    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES);
     Arc::new(registry)
 }
 

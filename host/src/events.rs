@@ -12,7 +12,6 @@ use crate::calls::input::{Input, Page};
 use crate::calls::registry::{Method, MethodKind, Registry, handler};
 use crate::db::params;
 use crate::db::{self, Conn};
-use crate::metrics::Metrics;
 
 pub const DRIFTED: &str = "fleet.drifted";
 pub const CONVERGED: &str = "fleet.converged";
@@ -68,8 +67,10 @@ pub fn register(registry: &mut Registry) {
 /// one at a time, so sequence numbers are given in the order their transactions commit
 /// and a reader resuming after `seq` never skips one committed late. Subscribers of this
 /// process are woken after commit by the caller; those of other replicas by `NOTIFY`.
-pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
-    metrics.published(kind);
+/// The event is counted in the metrics when its transaction commits.
+pub fn publish(db: &Conn, tenant: &str, kind: &str, data: &Value) -> Result<i64, ApiError> {
+    let counted = kind.to_owned();
+    db.count_at_commit(move |metrics| metrics.published(&counted));
     let at = db::now();
     let webhook_id = webhook_id();
     let seq = db.query_one(
@@ -79,7 +80,7 @@ pub fn publish(metrics: &Metrics, db: &Conn, tenant: &str, kind: &str, data: &Va
     )?;
     // Its deliveries to the tenant's webhooks, in the same transaction (SPEC §18).
     let event = crate::webhooks::Event { tenant, seq, webhook_id: &webhook_id, kind, at: &at, data };
-    crate::webhooks::enqueue(metrics, db, &event)?;
+    crate::webhooks::enqueue(db, &event)?;
     db::notify_events(db)?;
     Ok(seq)
 }

@@ -11,13 +11,16 @@ mod sqlite;
 pub mod tls;
 mod value;
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::postgres::Listener;
 pub(crate) use self::value::params;
 pub use self::value::{Column, Param, Row, decode};
 use crate::api::ApiError;
+use crate::metrics::Metrics;
 
 /// How the server opens its database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,53 +127,93 @@ impl From<Error> for ApiError {
     }
 }
 
-/// Connections to the database, for the blocking threads that run handlers.
+/// Connections to the database, for the blocking threads that run handlers; what their
+/// transactions count once they commit goes to the deployment's metrics.
 #[derive(Clone)]
-pub enum Pool {
+pub struct Pool {
+    links: Links,
+    metrics: Option<Arc<Metrics>>,
+}
+
+#[derive(Clone)]
+enum Links {
     Sqlite(r2d2::Pool<r2d2_sqlite::SqliteConnectionManager>),
     Postgres(postgres::Connections),
 }
 
 impl Pool {
+    fn of(links: Links) -> Pool {
+        Pool { links, metrics: None }
+    }
+
+    /// The pool, its transactions counting what they committed in `metrics`.
+    pub fn counting(self, metrics: Metrics) -> Pool {
+        Pool { metrics: Some(Arc::new(metrics)), ..self }
+    }
+
     pub fn get(&self) -> Result<Conn, r2d2::Error> {
-        Ok(match self {
-            Pool::Sqlite(pool) => Conn::Sqlite(pool.get()?),
-            Pool::Postgres(pool) => Conn::Postgres(Box::new(std::cell::RefCell::new(pool.get()?))),
-        })
+        let link = match &self.links {
+            Links::Sqlite(pool) => Link::Sqlite(pool.get()?),
+            Links::Postgres(pool) => Link::Postgres(Box::new(RefCell::new(pool.get()?))),
+        };
+        Ok(Conn { link, metrics: self.metrics.clone(), counts: RefCell::default() })
     }
 
     /// Where other replicas' events are heard, on PostgreSQL; `None` on SQLite, where
     /// every writer shares this process's wake-ups or the next keep-alive re-read.
     pub fn listener(&self) -> Option<Listener> {
-        match self {
-            Pool::Sqlite(_) => None,
-            Pool::Postgres(pool) => Some(pool.listener()),
+        match &self.links {
+            Links::Sqlite(_) => None,
+            Links::Postgres(pool) => Some(pool.listener()),
         }
     }
 }
 
+/// What a transaction counts in the metrics once it commits.
+type Count = Box<dyn FnOnce(&Metrics) + Send>;
+
 /// One connection, taken from the pool for a request (or owned by a sandbox store
-/// while a plan runs).
-pub enum Conn {
+/// while a plan runs), and what its open transaction counts when it commits.
+pub struct Conn {
+    link: Link,
+    metrics: Option<Arc<Metrics>>,
+    counts: RefCell<Vec<Count>>,
+}
+
+enum Link {
     Sqlite(r2d2::PooledConnection<r2d2_sqlite::SqliteConnectionManager>),
     /// The `postgres` client takes `&mut self`; a request uses its connection from one
     /// thread at a time, so a `RefCell` keeps the interface `&self` like SQLite's.
-    Postgres(Box<std::cell::RefCell<r2d2::PooledConnection<postgres::Manager>>>),
+    Postgres(Box<RefCell<r2d2::PooledConnection<postgres::Manager>>>),
 }
 
 impl Conn {
     pub fn backend(&self) -> Backend {
-        match self {
-            Conn::Sqlite(_) => Backend::Sqlite,
-            Conn::Postgres(_) => Backend::Postgres,
+        match &self.link {
+            Link::Sqlite(_) => Backend::Sqlite,
+            Link::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Counts `count` in the metrics once the open transaction commits, and never if it
+    /// rolls back: an event, say, is counted when it is there to be read.
+    pub fn count_at_commit(&self, count: impl FnOnce(&Metrics) + Send + 'static) {
+        self.counts.borrow_mut().push(Box::new(count));
+    }
+
+    /// The counts of the transaction that ended, counted if it committed.
+    fn ended(&self, committed: bool) {
+        let counts = std::mem::take(&mut *self.counts.borrow_mut());
+        if let (true, Some(metrics)) = (committed, &self.metrics) {
+            counts.into_iter().for_each(|count| count(metrics));
         }
     }
 
     /// Runs a statement (prepared once per connection); returns the rows it changed.
     pub fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, Error> {
-        match self {
-            Conn::Sqlite(db) => Ok(db.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params))? as u64),
-            Conn::Postgres(db) => db.borrow_mut().execute(sql, params),
+        match &self.link {
+            Link::Sqlite(db) => Ok(db.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params))? as u64),
+            Link::Postgres(db) => db.borrow_mut().execute(sql, params),
         }
     }
 
@@ -181,8 +224,8 @@ impl Conn {
         params: &[Param],
         mut each: impl FnMut(&Row) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        match self {
-            Conn::Sqlite(db) => {
+        match &self.link {
+            Link::Sqlite(db) => {
                 let mut statement = db.prepare_cached(sql)?;
                 let mut rows = statement.query(rusqlite::params_from_iter(params))?;
                 while let Some(row) = rows.next()? {
@@ -190,7 +233,7 @@ impl Conn {
                 }
                 Ok(())
             }
-            Conn::Postgres(db) => {
+            Link::Postgres(db) => {
                 for row in db.borrow_mut().query(sql, params)? {
                     each(&Row::Postgres(&row))?;
                 }
@@ -259,8 +302,8 @@ impl Conn {
         if values.is_empty() || own == 0 {
             return Ok(());
         }
-        match self {
-            Conn::Sqlite(_) => {
+        match &self.link {
+            Link::Sqlite(_) => {
                 for chunk in values.chunks(own * rows_per_statement.max(1)) {
                     let sql = format!(
                         "INSERT INTO {table} ({}) VALUES {}",
@@ -272,16 +315,16 @@ impl Conn {
                 }
                 Ok(())
             }
-            Conn::Postgres(db) => db.borrow_mut().copy_in(table, columns, shared, values.chunks(own)),
+            Link::Postgres(db) => db.borrow_mut().copy_in(table, columns, shared, values.chunks(own)),
         }
     }
 
     /// Runs statements without parameters or rows, separated by semicolons (a
     /// migration, a table for a plugin). Not prepared.
     pub fn batch(&self, sql: &str) -> Result<(), Error> {
-        match self {
-            Conn::Sqlite(db) => Ok(db.execute_batch(sql)?),
-            Conn::Postgres(db) => db.borrow_mut().batch(sql),
+        match &self.link {
+            Link::Sqlite(db) => Ok(db.execute_batch(sql)?),
+            Link::Postgres(db) => db.borrow_mut().batch(sql),
         }
     }
 }
@@ -332,24 +375,29 @@ pub enum Tx<'a> {
 /// connection that comes back with a transaction still open (a failed `COMMIT`, a
 /// panic) is rolled back first, so one failure never leaks into the next request.
 pub fn begin(db: &Conn, mode: Tx<'_>) -> Result<(), ApiError> {
-    match db {
-        Conn::Sqlite(db) => sqlite::begin(db, mode)?,
-        Conn::Postgres(db) => db.borrow_mut().begin(mode)?,
+    match &db.link {
+        Link::Sqlite(db) => sqlite::begin(db, mode)?,
+        Link::Postgres(db) => db.borrow_mut().begin(mode)?,
     }
     Ok(())
 }
 
+/// Commits, and counts what the transaction counts once it did (a commit whose answer
+/// was lost counts nothing).
 fn commit(db: &Conn) -> Result<(), Error> {
-    match db {
-        Conn::Sqlite(db) => sqlite::run(db, "COMMIT"),
-        Conn::Postgres(db) => db.borrow_mut().end("COMMIT"),
-    }
+    let committed = match &db.link {
+        Link::Sqlite(link) => sqlite::run(link, "COMMIT"),
+        Link::Postgres(link) => link.borrow_mut().end("COMMIT"),
+    };
+    db.ended(committed.is_ok());
+    committed
 }
 
 fn rollback(db: &Conn) -> Result<(), Error> {
-    match db {
-        Conn::Sqlite(db) => sqlite::run(db, "ROLLBACK"),
-        Conn::Postgres(db) => db.borrow_mut().end("ROLLBACK"),
+    db.ended(false);
+    match &db.link {
+        Link::Sqlite(db) => sqlite::run(db, "ROLLBACK"),
+        Link::Postgres(db) => db.borrow_mut().end("ROLLBACK"),
     }
 }
 
@@ -401,9 +449,9 @@ pub fn finish<T>(db: &Conn, outcome: Result<T, ApiError>) -> Result<T, ApiError>
 /// (PostgreSQL's `NOTIFY` is delivered at commit and dropped at rollback). On SQLite the
 /// publishing process wakes its own subscribers after the commit.
 pub fn notify_events(db: &Conn) -> Result<(), Error> {
-    match db {
-        Conn::Sqlite(_) => Ok(()),
-        Conn::Postgres(_) => db.execute(&format!("NOTIFY {}", postgres::NOTIFY_CHANNEL), &[]).map(drop),
+    match &db.link {
+        Link::Sqlite(_) => Ok(()),
+        Link::Postgres(_) => db.execute(&format!("NOTIFY {}", postgres::NOTIFY_CHANNEL), &[]).map(drop),
     }
 }
 
@@ -431,8 +479,26 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        let Conn::Sqlite(sqlite) = &db else { unreachable!("a file is SQLite") };
+        let Link::Sqlite(sqlite) = &db.link else { unreachable!("a file is SQLite") };
         assert!(sqlite.is_autocommit());
+    }
+
+    #[test]
+    fn a_transaction_counts_what_it_counts_only_when_it_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        metrics.count_events(&["counted"]);
+        let pool = open(&dir.path().join("fleet.db")).unwrap().counting(metrics.clone());
+        let db = pool.get().unwrap();
+        let count = |db: &Conn| db.count_at_commit(|metrics| metrics.published("counted"));
+        let rolled_back: Result<(), ApiError> = transaction(&db, Tx::Write("acme"), |db| {
+            count(db);
+            Err(ApiError::new(crate::api::Code::FailedPrecondition, "rolled back"))
+        });
+        assert!(rolled_back.is_err());
+        transaction(&db, Tx::Write("acme"), |db| Ok(count(db))).unwrap();
+        let exposition = metrics.render(0, 0, 0);
+        assert!(exposition.contains("fleet_events_published_total{type=\"counted\"} 1"), "{exposition}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use postgres::error::SqlState;
 use postgres::{Client, Statement};
 
 use super::tls::Connector;
-use super::{Error, Options, Param, Passing, Pool, Tx, migrations};
+use super::{Error, Links, Options, Param, Passing, Pool, Tx, migrations};
 
 /// The class of the tenants' write locks: the first key of the two-key advisory lock a
 /// write transaction holds until it ends; the second is [`tenant_key`]. (PostgreSQL's
@@ -282,7 +282,7 @@ pub(super) fn open(url: &str, options: Options) -> anyhow::Result<Pool> {
         .test_on_check_out(false)
         .connection_timeout(options.busy_timeout)
         .build(manager)?;
-    Ok(Pool::Postgres(Connections { pool: Some(pool), config: Box::new(config), tls }))
+    Ok(Pool::of(Links::Postgres(Connections { pool: Some(pool), config: Box::new(config), tls })))
 }
 
 /// The URL without its password, for messages.

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
-use super::{Error, Options, Pool, Tx, migrations};
+use super::{Error, Links, Options, Pool, Tx, migrations};
 
 pub(super) fn open(path: &Path, options: Options) -> anyhow::Result<Pool> {
     check_path(path, options.read_only)?;
@@ -37,7 +37,7 @@ pub(super) fn open(path: &Path, options: Options) -> anyhow::Result<Pool> {
     drop(first);
     let manager = SqliteConnectionManager::file(path).with_flags(flags).with_init(init);
     // A connection to a local file does not go stale: no test query on every checkout.
-    Ok(Pool::Sqlite(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?))
+    Ok(Pool::of(Links::Sqlite(r2d2::Pool::builder().max_size(16).test_on_check_out(false).build(manager)?)))
 }
 
 /// Says in words what SQLite would call "unable to open database file": a directory,

@@ -159,7 +159,7 @@ fn run(
     // A proposal whose plan no longer comes out the same is stale: a new one is needed.
     let finished = match (finished, applying) {
         (Err(error), Applying::Proposal { number, .. }) if error.code == Code::ConfigDrift => {
-            match proposals::mark_stale(&planning.metrics, &session.db, &session.caller, *number) {
+            match proposals::mark_stale(&session.db, &session.caller, *number) {
                 Ok(()) => {
                     let _ = planning.wake.send(());
                     Err(error)
@@ -263,7 +263,7 @@ fn record(
             let document: &RawValue = serde_json::from_str(&proposal.document).map_err(ApiError::internal)?;
             let applied = Recorded { document, prune: proposal.prune(), heal: false, rollback_of: None };
             let revision = record_apply(planning, db, caller, &applied, &answer, Some(proposal.number()))?;
-            proposals::mark_applied(&planning.metrics, db, caller, proposal, revision)?;
+            proposals::mark_applied(db, caller, proposal, revision)?;
         }
         (_, None) => {
             // The planner accepted the request, so it is a JSON object with a document.
@@ -432,7 +432,6 @@ fn record_apply(
     let was_drifted = db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])? > 0;
     if was_drifted {
         events::publish(
-            &planning.metrics,
             db,
             &caller.tenant,
             events::CONVERGED,
@@ -468,7 +467,7 @@ fn record_revision(
         rollback_of: request.rollback_of,
     };
     let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
-    publish_applied(planning, db, caller, applied, revision, proposal, "fleet.apply")?;
+    publish_applied(db, caller, applied, revision, proposal, "fleet.apply")?;
     db.execute(
         "INSERT INTO fleet_applied
            (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
@@ -550,16 +549,15 @@ fn record_heal(
     )?;
     db.execute("DELETE FROM fleet_drift WHERE tenant = ?1", params![&caller.tenant])?;
     // What drifted, and who changed it, then that it was healed: the heal is no secret.
-    events::publish(&planning.metrics, db, &caller.tenant, events::DRIFTED, heal.drifted)?;
+    events::publish(db, &caller.tenant, events::DRIFTED, heal.drifted)?;
     let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
-    events::publish(&planning.metrics, db, &caller.tenant, events::HEALED, &data)?;
-    publish_applied(planning, db, caller, applied, heal.revision, None, "fleet.heal")
+    events::publish(db, &caller.tenant, events::HEALED, &data)?;
+    publish_applied(db, caller, applied, heal.revision, None, "fleet.heal")
 }
 
 /// `fleet.applied` (SPEC §18), which every apply, heal and proposal apply publishes:
 /// the revision it made (or a heal restored) and how.
 fn publish_applied(
-    planning: &Planning,
     db: &Conn,
     caller: &Caller,
     applied: &ApplyAnswer,
@@ -572,6 +570,6 @@ fn publish_applied(
     if let Some(proposal) = proposal {
         data["proposal"] = json!(proposal);
     }
-    events::publish(&planning.metrics, db, &caller.tenant, events::APPLIED, &data)?;
+    events::publish(db, &caller.tenant, events::APPLIED, &data)?;
     Ok(())
 }

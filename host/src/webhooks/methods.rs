@@ -15,7 +15,6 @@ use crate::calls::context::Ctx;
 use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Method, MethodKind, Registry, handler};
 use crate::db::params;
-use crate::metrics::Metrics;
 use crate::reach::Reach;
 
 /// A webhook as every method but `put` answers it: never its secret.
@@ -28,13 +27,7 @@ fn webhook_schema() -> Value {
 
 /// The methods, with what the deployment lets webhooks reach and the event types there
 /// are to subscribe to.
-pub fn register(
-    registry: &mut Registry,
-    reach: Reach,
-    per_tenant: usize,
-    types: &'static [&'static str],
-    metrics: &Metrics,
-) {
+pub fn register(registry: &mut Registry, reach: Reach, per_tenant: usize, types: &'static [&'static str]) {
     let name = json!({"type": "string", "pattern": NAME_PATTERN});
     let by_name =
         json!({"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": name}});
@@ -89,13 +82,10 @@ pub fn register(
             .schemas(by_name.clone(), json!({"type": "object"})),
     );
     registry.register(
-        Method::new("webhooks", "test", MethodKind::Mutation, {
-            let metrics = metrics.clone();
-            handler(move |ctx: &Ctx, body| test(&metrics, ctx, body))
-        })
-        .phase("v0.4")
-        .summary("Delivers a webhook.test event to the webhook now, as any event is delivered.")
-        .schemas(by_name, json!({"type": "object", "properties": {"id": {"type": "string"}}})),
+        Method::new("webhooks", "test", MethodKind::Mutation, handler(test))
+            .phase("v0.4")
+            .summary("Delivers a webhook.test event to the webhook now, as any event is delivered.")
+            .schemas(by_name, json!({"type": "object", "properties": {"id": {"type": "string"}}})),
     );
     let mut deliveries = Page::schema_properties();
     deliveries.insert("name".into(), json!({"type": "string", "pattern": NAME_PATTERN}));
@@ -309,7 +299,7 @@ fn delete(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
 }
 
 /// A `webhook.test` delivery, made now in the outbox like any event's.
-fn test(metrics: &Metrics, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn test(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let name = named(body)?;
     let webhook = one(ctx, &name)?;
     if !webhook.enabled {
@@ -323,7 +313,7 @@ fn test(metrics: &Metrics, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let message = format!("test_{}", data_encoding::HEXLOWER.encode(&random));
     let body = json!({"type": TEST, "timestamp": crate::db::now(),
                       "data": {"webhook": name, "tenant": ctx.caller.tenant, "seq": 0}});
-    insert(metrics, ctx.db, &ctx.caller.tenant, &name, &message, TEST, &body.to_string())?;
+    insert(ctx.db, &ctx.caller.tenant, &name, &message, TEST, &body.to_string())?;
     Ok(json!({"id": message}))
 }
 

@@ -21,7 +21,6 @@ pub use methods::register;
 
 use crate::api::ApiError;
 use crate::db::{Conn, params};
-use crate::metrics::Metrics;
 
 /// The event `compute.webhooks.test` delivers.
 pub const TEST: &str = "webhook.test";
@@ -45,7 +44,7 @@ pub struct Event<'a> {
 
 /// In the transaction of the tenant's `event`: a delivery of it to every enabled
 /// webhook of the tenant that takes its kind.
-pub fn enqueue(metrics: &Metrics, db: &Conn, event: &Event) -> Result<(), ApiError> {
+pub fn enqueue(db: &Conn, event: &Event) -> Result<(), ApiError> {
     let names: Vec<String> = db.query(
         "SELECT name FROM webhooks WHERE tenant = ?1 AND enabled = 1
            AND (events LIKE '%,*,%' OR events LIKE '%,' || ?2 || ',%')",
@@ -57,7 +56,7 @@ pub fn enqueue(metrics: &Metrics, db: &Conn, event: &Event) -> Result<(), ApiErr
     }
     let body = body(event.kind, event.at, event.tenant, event.seq, event.data);
     for name in names {
-        insert(metrics, db, event.tenant, &name, event.webhook_id, event.kind, &body)?;
+        insert(db, event.tenant, &name, event.webhook_id, event.kind, &body)?;
     }
     Ok(())
 }
@@ -75,15 +74,7 @@ fn body(kind: &str, at: &str, tenant: &str, seq: i64, data: &Value) -> String {
 
 /// A pending delivery to `webhook`; past [`MAX_PENDING`], its oldest pending one fails
 /// (counted as a failed delivery).
-fn insert(
-    metrics: &Metrics,
-    db: &Conn,
-    tenant: &str,
-    webhook: &str,
-    message: &str,
-    kind: &str,
-    body: &str,
-) -> Result<(), ApiError> {
+fn insert(db: &Conn, tenant: &str, webhook: &str, message: &str, kind: &str, body: &str) -> Result<(), ApiError> {
     let now = deliver::now_ms();
     db.execute(
         "INSERT INTO webhook_deliveries (tenant, webhook, message, type, body, state, created_ms, next_ms)
@@ -105,7 +96,7 @@ fn insert(
             let why =
                 format!("dropped: the webhook had {MAX_PENDING} deliveries pending (its endpoint does not take them)");
             deliver::fail(db, oldest, tenant, webhook, &why)?;
-            metrics.webhook_attempt("failed");
+            db.count_at_commit(|metrics| metrics.webhook_attempt("failed"));
         }
     }
     Ok(())

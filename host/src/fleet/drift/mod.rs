@@ -349,7 +349,7 @@ impl Reconciler {
             let recorded = recorded.map(|(plan_hash, _)| plan_hash);
             match transition(recorded.as_deref(), found.as_deref()) {
                 Some(kind) => {
-                    events::publish(&self.planning.metrics, db, &applied.tenant, kind, &data)?;
+                    events::publish(db, &applied.tenant, kind, &data)?;
                     // An operator reading the log sees what the events say.
                     match found.as_deref() {
                         Some(plan_hash) => tracing::info!(tenant = %applied.tenant, %plan_hash, "drift found"),

@@ -154,11 +154,11 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
             FieldChange { field: "title", from: None, to: Some(&title) },
         ];
         audit::record(&ctx, "compute.proposals.create", "proposal", &number.to_string(), &changes)?;
-        publish(&planning.metrics, &db, &caller.tenant, events::PROPOSAL_OPENED, &stored, None)?;
+        publish(&db, &caller.tenant, events::PROPOSAL_OPENED, &stored, None)?;
         if rejected {
-            changed_state(&planning.metrics, &ctx, &stored, "open", "compute.proposals.create")?;
+            changed_state(&ctx, &stored, "open", "compute.proposals.create")?;
         } else if approved {
-            publish(&planning.metrics, &db, &caller.tenant, events::PROPOSAL_APPROVED, &stored, None)?;
+            publish(&db, &caller.tenant, events::PROPOSAL_APPROVED, &stored, None)?;
         }
         Ok(json!({ "proposal": stored.json()? }).to_string())
     });
@@ -302,12 +302,12 @@ pub(super) fn review(planning: &Planning, call: Call) -> Answer {
             "UPDATE proposals SET approved = ?3 WHERE tenant = ?1 AND number = ?2",
             params![&caller.tenant, number, approved],
         )?;
-        publish(&planning.metrics, &db, &caller.tenant, events::PROPOSAL_REVIEWED, &stored, Some(given))?;
+        publish(&db, &caller.tenant, events::PROPOSAL_REVIEWED, &stored, Some(given))?;
         if rejected {
             stored.state = "rejected".to_owned();
-            changed_state(&planning.metrics, &ctx, &stored, "open", "compute.proposals.review")?;
+            changed_state(&ctx, &stored, "open", "compute.proposals.review")?;
         } else if approved && !was_approved {
-            publish(&planning.metrics, &db, &caller.tenant, events::PROPOSAL_APPROVED, &stored, None)?;
+            publish(&db, &caller.tenant, events::PROPOSAL_APPROVED, &stored, None)?;
         }
         Ok(json!({ "proposal": stored.json()? }).to_string())
     });

@@ -33,7 +33,6 @@ use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry, handler};
 use crate::db::{self, Conn, params};
 use crate::events;
-use crate::metrics::Metrics;
 
 /// A proposal's states (SPEC §17).
 pub const STATES: [&str; 5] = ["open", "applied", "rejected", "withdrawn", "stale"];
@@ -102,17 +101,11 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
                 answer.clone(),
             ),
     );
-    let metrics = planning.metrics.clone();
     registry.register(
-        Method::new(
-            "proposals",
-            "withdraw",
-            MethodKind::Mutation,
-            handler(move |ctx: &Ctx, body| withdraw(&metrics, ctx, body)),
-        )
-        .phase("v0.4")
-        .summary("Withdraws an open proposal; only its author may.")
-        .schemas(by_number, answer),
+        Method::new("proposals", "withdraw", MethodKind::Mutation, handler(withdraw))
+            .phase("v0.4")
+            .summary("Withdraws an open proposal; only its author may.")
+            .schemas(by_number, answer),
     );
 }
 
@@ -269,7 +262,6 @@ pub(in crate::fleet) fn approved(db: &Conn, tenant: &str, number: i64) -> Result
 
 /// Inside the apply's transaction: the proposal is applied, by `revision`.
 pub(in crate::fleet) fn mark_applied(
-    metrics: &Metrics,
     db: &Conn,
     caller: &Caller,
     approved: Approved,
@@ -277,12 +269,12 @@ pub(in crate::fleet) fn mark_applied(
 ) -> Result<(), ApiError> {
     let stored = Stored { state: "applied".to_owned(), revision: Some(revision), ..approved.stored };
     let ctx = Ctx { caller, db, via: Via::Api };
-    changed_state(metrics, &ctx, &stored, "open", "compute.fleet.apply")
+    changed_state(&ctx, &stored, "open", "compute.fleet.apply")
 }
 
 /// After an apply that found the proposal's plan changed: in a transaction of its own
 /// (the apply's rolled back), the proposal becomes stale, if it is still open.
-pub(in crate::fleet) fn mark_stale(metrics: &Metrics, db: &Conn, caller: &Caller, number: i64) -> Result<(), ApiError> {
+pub(in crate::fleet) fn mark_stale(db: &Conn, caller: &Caller, number: i64) -> Result<(), ApiError> {
     db::begin(db, db::Tx::Write(&caller.tenant))?;
     let marked = load(db, &caller.tenant, number).and_then(|mut stored| {
         if stored.state != "open" {
@@ -290,7 +282,7 @@ pub(in crate::fleet) fn mark_stale(metrics: &Metrics, db: &Conn, caller: &Caller
         }
         stored.state = "stale".to_owned();
         let ctx = Ctx { caller, db, via: Via::Api };
-        changed_state(metrics, &ctx, &stored, "open", "compute.fleet.apply")
+        changed_state(&ctx, &stored, "open", "compute.fleet.apply")
     });
     db::finish(db, marked)
 }
@@ -308,7 +300,7 @@ fn number_of(input: &mut Input) -> i64 {
 
 // ---- withdraw, and the states' records ---------------------------------------------------
 
-fn withdraw(metrics: &Metrics, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn withdraw(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let number = number_of(&mut input);
     input.finish()?;
@@ -321,12 +313,12 @@ fn withdraw(metrics: &Metrics, ctx: &Ctx, body: Value) -> Result<Value, ApiError
         )));
     }
     stored.state = "withdrawn".to_owned();
-    changed_state(metrics, ctx, &stored, "open", "compute.proposals.withdraw")?;
+    changed_state(ctx, &stored, "open", "compute.proposals.withdraw")?;
     stored.json().map(|proposal| json!({ "proposal": proposal }))
 }
 
 /// Records `stored`'s new state (from `was`): the row, its audit record and its event.
-fn changed_state(metrics: &Metrics, ctx: &Ctx, stored: &Stored, was: &str, method: &str) -> Result<(), ApiError> {
+fn changed_state(ctx: &Ctx, stored: &Stored, was: &str, method: &str) -> Result<(), ApiError> {
     ctx.db.execute(
         "UPDATE proposals SET state = ?3, revision = ?4 WHERE tenant = ?1 AND number = ?2",
         params![&ctx.caller.tenant, stored.number, &stored.state, stored.revision],
@@ -341,23 +333,16 @@ fn changed_state(metrics: &Metrics, ctx: &Ctx, stored: &Stored, was: &str, metho
         "stale" => events::PROPOSAL_STALE,
         _ => return Err(ApiError::internal(format_args!("no event says a proposal became {}", stored.state))),
     };
-    publish(metrics, ctx.db, &ctx.caller.tenant, kind, stored, None)
+    publish(ctx.db, &ctx.caller.tenant, kind, stored, None)
 }
 
 /// A proposal's event: `{"number", "state", "planHash"}`, and the review given.
-fn publish(
-    metrics: &Metrics,
-    db: &Conn,
-    tenant: &str,
-    kind: &str,
-    stored: &Stored,
-    review: Option<Value>,
-) -> Result<(), ApiError> {
+fn publish(db: &Conn, tenant: &str, kind: &str, stored: &Stored, review: Option<Value>) -> Result<(), ApiError> {
     let mut data = json!({"number": stored.number, "state": stored.state, "planHash": stored.plan_hash});
     if let Some(review) = review {
         data["review"] = review;
     }
-    events::publish(metrics, db, tenant, kind, &data).map(|_| ())
+    events::publish(db, tenant, kind, &data).map(|_| ())
 }
 
 // ---- get, list --------------------------------------------------------------------------
