@@ -94,7 +94,7 @@ fn section(command: &clap::Command, parent: &str, out: &mut impl Write) -> Resul
 mod tests {
     use clap::CommandFactory as _;
 
-    use crate::Cli;
+    use crate::cli::Cli;
 
     /// Every command's path (`admin token create`), hidden ones left out.
     fn paths(command: &clap::Command, parent: &str, into: &mut Vec<String>) {
