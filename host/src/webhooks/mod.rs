@@ -9,8 +9,10 @@
 //! from reaching inside the deployment's network; `sign.rs` signs; `methods.rs` is
 //! `compute.webhooks.*`.
 
+mod client;
 mod deliver;
 mod methods;
+mod outbox;
 mod sign;
 
 use serde_json::{Value, json};
