@@ -8,12 +8,19 @@
 //! replica and [`PER_TENANT`](super::outbox::PER_TENANT) of a tenant's across replicas,
 //! each within [`TIMEOUT`], reading at most [`READ_LIMIT`](super::client::READ_LIMIT) of
 //! the answer; nothing of it runs on an apply's or a plan's path.
+//!
+//! One round is [`Deliverer::activate`]: claim what is due, attempt each, and answer
+//! what came of them, [`Delivered`]. The loop, [`Deliverer::run`], claims and starts
+//! rounds the same way but does not wait for their end: an endpoint that holds its
+//! attempts for their whole timeout must hold up no other tenant's deliveries, so the
+//! outbox is looked at again as soon as any one attempt ends.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
 
 use super::client::{Client, Message};
 use super::outbox::{self, Claimed, Endpoint, Outcome, Recorded};
@@ -79,6 +86,31 @@ impl Schedule {
     }
 }
 
+/// What one round did: the deliveries it claimed, and what their attempts made of them.
+/// An attempt that could not be recorded is counted only as claimed: its claim lapses
+/// and it is attempted again (at least once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Delivered {
+    /// Deliveries claimed, those failed at once because their webhook is gone included.
+    pub claimed: usize,
+    /// Answered with a 2xx.
+    pub delivered: usize,
+    /// To be attempted again after their backoff.
+    pub retried: usize,
+    /// Failed: their webhook gone or disabled, their window passed, or pending for a
+    /// webhook whose endpoint answered `410 Gone` (every one of those, claimed or not).
+    pub failed: usize,
+}
+
+impl std::ops::AddAssign for Delivered {
+    fn add_assign(&mut self, other: Delivered) {
+        self.claimed += other.claimed;
+        self.delivered += other.delivered;
+        self.retried += other.retried;
+        self.failed += other.failed;
+    }
+}
+
 /// A replica's sender of the outbox.
 pub struct Deliverer {
     db: Pool,
@@ -86,18 +118,42 @@ pub struct Deliverer {
     schedule: Schedule,
     metrics: Metrics,
     permits: Arc<Semaphore>,
+    /// Told when an attempt ends, which gives up its permit and its tenant's claim.
+    ended: Notify,
 }
 
-/// What a look at the outbox claimed: the deliveries to attempt, and when the outbox's
-/// earliest pending delivery falls due after the claim (none when nothing is pending).
+/// What a round claimed: the deliveries to attempt, and when the outbox's earliest
+/// pending delivery falls due after the claim (none when nothing is pending).
 struct Claim {
     deliveries: Vec<(Claimed, Endpoint)>,
+    /// The deliveries claimed, and those failed at once.
+    counted: Delivered,
     next_due: Option<i64>,
 }
 
 impl Claim {
     fn none(next_due: Option<i64>) -> Claim {
-        Claim { deliveries: Vec::new(), next_due }
+        Claim { deliveries: Vec::new(), counted: Delivered::default(), next_due }
+    }
+}
+
+/// A round under way: what its claim counted, and its attempts, running.
+struct Round {
+    counted: Delivered,
+    attempts: Vec<JoinHandle<Delivered>>,
+}
+
+impl Round {
+    /// What the round did, once every attempt of it has ended.
+    async fn finished(self) -> Delivered {
+        let mut delivered = self.counted;
+        for attempt in self.attempts {
+            match attempt.await {
+                Ok(counted) => delivered += counted,
+                Err(error) => tracing::error!(%error, "a webhook attempt panicked"),
+            }
+        }
+        delivered
     }
 }
 
@@ -111,7 +167,8 @@ impl Deliverer {
         metrics: Metrics,
     ) -> anyhow::Result<Deliverer> {
         let client = Client::new(reach, ca)?;
-        Ok(Deliverer { db, client, schedule, metrics, permits: Arc::new(Semaphore::new(IN_FLIGHT)) })
+        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+        Ok(Deliverer { db, client, schedule, metrics, permits, ended: Notify::new() })
     }
 
     /// Delivers until `shutdown`. The outbox is looked at when `woken` (an event
@@ -124,7 +181,6 @@ impl Deliverer {
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
-        let ended = Arc::new(tokio::sync::Notify::new());
         let mut wait = Duration::ZERO;
         // Whether the wake can still come: a closed channel is ready at once, forever.
         let mut wakes = true;
@@ -133,7 +189,7 @@ impl Deliverer {
                 woke = woken.recv(), if wakes => {
                     wakes = !matches!(woke, Err(tokio::sync::broadcast::error::RecvError::Closed));
                 }
-                () = ended.notified() => {}
+                () = self.ended.notified() => {}
                 () = tokio::time::sleep(wait) => {}
                 () = &mut shutdown => return,
             }
@@ -142,8 +198,8 @@ impl Deliverer {
                 wait = IDLE;
                 continue;
             }
-            let deliverer = self.clone();
-            let claim = match tokio::task::spawn_blocking(move || deliverer.claim(free)).await {
+            let (deliverer, now) = (self.clone(), now_ms());
+            let claim = match tokio::task::spawn_blocking(move || deliverer.claim(now, free)).await {
                 Ok(Ok(claim)) => claim,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "webhook deliveries could not be claimed");
@@ -155,25 +211,26 @@ impl Deliverer {
                 }
             };
             wait = until_due(claim.next_due, now_ms());
-            for (delivery, endpoint) in claim.deliveries {
-                let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
-                let (deliverer, ended) = (self.clone(), ended.clone());
-                tokio::spawn(async move {
-                    deliverer.attempt(delivery, endpoint).await;
-                    drop(permit);
-                    ended.notify_one();
-                });
-            }
+            // The round's attempts run on their own; each one's end wakes this loop.
+            drop(self.start(claim).await);
         }
     }
 
-    /// Claims up to `most` due deliveries, at most [`PER_TENANT`](super::outbox::PER_TENANT)
-    /// of a tenant's and none of a tenant with one in flight anywhere, and fails at once
-    /// those whose webhook is gone or disabled. A look at an outbox with nothing due
-    /// writes nothing.
-    fn claim(&self, most: usize) -> Result<Claim, ApiError> {
+    /// One round: claims the deliveries due at `now`, as many as attempts may start,
+    /// attempts each, and answers what came of them once every attempt is recorded.
+    pub async fn activate(self: &Arc<Self>, now: i64) -> Result<Delivered, ApiError> {
+        let (deliverer, most) = (self.clone(), self.permits.available_permits());
+        let claim =
+            tokio::task::spawn_blocking(move || deliverer.claim(now, most)).await.map_err(ApiError::internal)??;
+        Ok(self.start(claim).await.finished().await)
+    }
+
+    /// Claims up to `most` deliveries due at `now`, at most
+    /// [`PER_TENANT`](super::outbox::PER_TENANT) of a tenant's and none of a tenant with
+    /// one in flight anywhere, and fails at once those whose webhook is gone or disabled.
+    /// A look at an outbox with nothing due writes nothing.
+    fn claim(&self, now: i64, most: usize) -> Result<Claim, ApiError> {
         let db = self.db.get()?;
-        let now = now_ms();
         match outbox::earliest(&db)? {
             Some(due) if due <= now => {}
             later => return Ok(Claim::none(later)),
@@ -181,12 +238,14 @@ impl Deliverer {
         let until = now + self.schedule.claim();
         let mut claim = Claim::none(None);
         for (delivery, endpoint) in outbox::claim(&db, now, until, most)? {
+            claim.counted.claimed += 1;
             match endpoint {
                 Some(endpoint) => claim.deliveries.push((delivery, endpoint)),
                 None => {
                     let gone = "the webhook is gone or disabled";
                     outbox::fail(&db, delivery.id, &delivery.tenant, &delivery.webhook, gone)?;
                     self.metrics.webhook_attempt("failed");
+                    claim.counted.failed += 1;
                 }
             }
         }
@@ -194,8 +253,24 @@ impl Deliverer {
         Ok(claim)
     }
 
-    /// One attempt, recorded.
-    async fn attempt(self: Arc<Self>, delivery: Claimed, endpoint: Endpoint) {
+    /// Starts a claim's attempts, each under one of the [`IN_FLIGHT`] permits.
+    async fn start(self: &Arc<Self>, claim: Claim) -> Round {
+        let mut attempts = Vec::with_capacity(claim.deliveries.len());
+        for (delivery, endpoint) in claim.deliveries {
+            let Ok(permit) = self.permits.clone().acquire_owned().await else { break };
+            let deliverer = self.clone();
+            attempts.push(tokio::spawn(async move {
+                let counted = deliverer.clone().attempt(delivery, endpoint).await;
+                drop(permit);
+                deliverer.ended.notify_one();
+                counted
+            }));
+        }
+        Round { counted: claim.counted, attempts }
+    }
+
+    /// One attempt, recorded: what it made of its delivery.
+    async fn attempt(self: Arc<Self>, delivery: Claimed, endpoint: Endpoint) -> Delivered {
         let started = Instant::now();
         let message =
             Message { url: &endpoint.url, secret: &endpoint.secret, id: &delivery.message, body: &delivery.body };
@@ -207,42 +282,52 @@ impl Deliverer {
         let deliverer = self.clone();
         let recorded = tokio::task::spawn_blocking(move || deliverer.record(&delivery, &outcome, elapsed)).await;
         match recorded {
-            Ok(Ok(())) => {}
+            Ok(Ok(counted)) => counted,
             // The claim lapses and another attempt is made: at least once.
-            Ok(Err(error)) => tracing::warn!(%error, "a webhook attempt could not be recorded"),
-            Err(error) => tracing::error!(%error, "recording a webhook attempt panicked"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "a webhook attempt could not be recorded");
+                Delivered::default()
+            }
+            Err(error) => {
+                tracing::error!(%error, "recording a webhook attempt panicked");
+                Delivered::default()
+            }
         }
     }
 
     /// The attempt's row and what it makes of the delivery (and, on `410 Gone`, of the
-    /// webhook), metered and logged.
-    fn record(&self, delivery: &Claimed, outcome: &Outcome, elapsed: Duration) -> Result<(), ApiError> {
+    /// webhook), counted, metered and logged.
+    fn record(&self, delivery: &Claimed, outcome: &Outcome, elapsed: Duration) -> Result<Delivered, ApiError> {
         let db = self.db.get()?;
         let (backoff, window) = (self.schedule.backoff(delivery.attempts), self.schedule.scaled(WINDOW));
-        match outbox::record(&db, delivery, outcome, elapsed, backoff, window)? {
+        let counted = match outbox::record(&db, delivery, outcome, elapsed, backoff, window)? {
             Recorded::Delivered => {
                 self.metrics.webhook_attempt("delivered");
+                Delivered { delivered: 1, ..Delivered::default() }
             }
             Recorded::Disabled { failed } => {
                 // This delivery and every other one pending for the webhook.
                 self.metrics.webhook_deliveries("failed", failed);
                 tracing::warn!(tenant = %delivery.tenant, webhook = %delivery.webhook, failed,
                     "webhook disabled: its endpoint answered 410 Gone");
+                Delivered { failed: usize::try_from(failed).unwrap_or(usize::MAX), ..Delivered::default() }
             }
             Recorded::Failed => {
                 self.metrics.webhook_attempt("failed");
                 tracing::warn!(tenant = %delivery.tenant, webhook = %delivery.webhook,
                     event = %delivery.message, attempts = delivery.attempts, outcome = %outcome,
                     "webhook delivery failed: no attempt was taken within its window");
+                Delivered { failed: 1, ..Delivered::default() }
             }
             Recorded::Retried => {
                 self.metrics.webhook_attempt("retried");
                 tracing::info!(tenant = %delivery.tenant, webhook = %delivery.webhook,
                     event = %delivery.message, attempt = delivery.attempts, outcome = %outcome,
                     "webhook delivery will be retried");
+                Delivered { retried: 1, ..Delivered::default() }
             }
-        }
-        Ok(())
+        };
+        Ok(counted)
     }
 }
 
@@ -252,4 +337,115 @@ impl Deliverer {
 fn until_due(next_due: Option<i64>, now: i64) -> Duration {
     let Some(due) = next_due else { return IDLE };
     Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).clamp(POLL, IDLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use hyper::service::service_fn;
+    use hyper::{Request, Response};
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+    use crate::db::{Conn, params};
+    use crate::testing::Database;
+    use crate::webhooks::sign;
+
+    /// A receiver on 127.0.0.1 that answers every request with the status its path
+    /// names (`/200`, `/410`): its port.
+    async fn receiver() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let answer = service_fn(|request: Request<Incoming>| async move {
+                    let status: u16 = request.uri().path().trim_start_matches('/').parse().expect("a status");
+                    Ok::<_, Infallible>(
+                        Response::builder().status(status).body(Full::new(Bytes::new())).expect("an answer"),
+                    )
+                });
+                tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
+            }
+        });
+        port
+    }
+
+    fn webhook(db: &Conn, tenant: &str, name: &str, url: &str, enabled: bool) {
+        db.execute(
+            "INSERT INTO webhooks (tenant, name, url, events, secret, enabled, disabled, updated_at, updated_by)
+             VALUES (?1, ?2, ?3, ',*,', ?4, ?5, NULL, '2026-11-30T00:00:00Z', 'alice')",
+            params![tenant, name, url, &sign::new_secret(), i64::from(enabled)],
+        )
+        .expect("a webhook");
+    }
+
+    fn delivery(db: &Conn, tenant: &str, webhook: &str, created: i64, due: i64) {
+        db.execute(
+            "INSERT INTO webhook_deliveries (tenant, webhook, message, type, body, state, created_ms, next_ms)
+             VALUES (?1, ?2, 'msg_1', 'webhook.test', '{}', 'pending', ?3, ?4)",
+            params![tenant, webhook, created, due],
+        )
+        .expect("a delivery");
+    }
+
+    /// Each delivery's webhook and state, in the order they were made.
+    fn states(db: &Conn) -> Vec<(String, String)> {
+        db.query("SELECT webhook, state FROM webhook_deliveries ORDER BY id", &[], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("the outbox")
+    }
+
+    fn attempts(db: &Conn, webhook: &str) -> i64 {
+        db.query_one("SELECT attempts FROM webhook_deliveries WHERE webhook = ?1", params![webhook], |row| row.get(0))
+            .expect("one delivery")
+    }
+
+    #[tokio::test]
+    async fn a_round_counts_what_its_attempts_made_of_each_delivery() {
+        let database = Database::new();
+        let db = database.conn();
+        let url = format!("http://127.0.0.1:{}", receiver().await);
+        let now = now_ms();
+        // acme: one delivery answered 200, and two to an endpoint that answers 410 Gone,
+        // one of them not due yet; other: one answered 503, and one to a disabled webhook.
+        webhook(&db, "acme", "ok", &format!("{url}/200"), true);
+        webhook(&db, "acme", "gone", &format!("{url}/410"), true);
+        webhook(&db, "other", "busy", &format!("{url}/503"), true);
+        webhook(&db, "other", "off", &format!("{url}/200"), false);
+        delivery(&db, "acme", "ok", now, now);
+        delivery(&db, "acme", "gone", now, now);
+        delivery(&db, "acme", "gone", now, now + 3_600_000);
+        delivery(&db, "other", "busy", now, now);
+        delivery(&db, "other", "off", now, now);
+        let reach = Reach { allow_http: true, allow: vec!["127.0.0.0/8".parse().expect("a network")] };
+        let metrics = Metrics::new();
+        let deliverer = Deliverer::new(database.pool.clone(), reach, None, Schedule::default(), metrics.clone())
+            .expect("a deliverer");
+        let deliverer = Arc::new(deliverer);
+
+        let round = deliverer.activate(now).await.expect("a round");
+        // The 410 fails both of its webhook's pending deliveries; the disabled webhook's
+        // fails at its claim.
+        assert_eq!(round, Delivered { claimed: 4, delivered: 1, retried: 1, failed: 3 });
+        let expected =
+            [("ok", "delivered"), ("gone", "failed"), ("gone", "failed"), ("busy", "pending"), ("off", "failed")];
+        let expected: Vec<(String, String)> =
+            expected.iter().map(|(webhook, state)| (webhook.to_string(), state.to_string())).collect();
+        assert_eq!(states(&db), expected);
+        assert_eq!(attempts(&db, "busy"), 1);
+        let exposition = metrics.render(0, 0, 0);
+        for counted in [r#"{outcome="delivered"} 1"#, r#"{outcome="retried"} 1"#, r#"{outcome="failed"} 3"#] {
+            assert!(exposition.contains(&format!("fleet_webhook_deliveries_total{counted}")), "{exposition}");
+        }
+
+        // Nothing is due until the retry's backoff has passed; then only the retry is.
+        assert_eq!(deliverer.activate(now).await.expect("a round"), Delivered::default());
+        let later = deliverer.activate(now + 60_000).await.expect("a round");
+        assert_eq!(later, Delivered { claimed: 1, retried: 1, ..Delivered::default() });
+        assert_eq!(states(&db)[3], ("busy".to_owned(), "pending".to_owned()));
+        assert_eq!(attempts(&db, "busy"), 2);
+    }
 }

@@ -18,7 +18,7 @@ mod sign;
 use serde_json::{Value, json};
 
 pub use crate::reach::Reach;
-pub use deliver::{Deliverer, Schedule};
+pub use deliver::{Delivered, Deliverer, Schedule};
 pub use methods::register;
 
 use crate::api::ApiError;
