@@ -23,9 +23,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::client::{Client, Message};
+use super::outbox::now_ms;
 use super::outbox::{self, Claimed, Endpoint, Outcome, Recorded};
-// `mod.rs` reaches these as `deliver::`.
-pub(super) use super::outbox::{fail, now_ms};
 use crate::api::ApiError;
 use crate::db::Pool;
 use crate::metrics::Metrics;

@@ -4,10 +4,10 @@
 //! An event's deliveries are written in the transaction that writes the event
 //! ([`enqueue`], called by `events::publish`), so an event committed is an event that
 //! will be delivered, through restarts and `kill -9`. The [`Deliverer`] of every replica
-//! claims due deliveries in the database (each attempt is one replica's), sends them
-//! (`deliver.rs`), and retries with backoff for 24 hours. `crate::reach` keeps deliveries
-//! from reaching inside the deployment's network; `sign.rs` signs; `methods.rs` is
-//! `compute.webhooks.*`.
+//! (`deliver.rs`) claims due deliveries in the database (`outbox.rs`: each attempt is one
+//! replica's), sends them (`client.rs`), and retries with backoff for 24 hours.
+//! `crate::reach` keeps deliveries from reaching inside the deployment's network;
+//! `sign.rs` signs; `methods.rs` is `compute.webhooks.*`.
 
 mod client;
 mod deliver;
@@ -77,7 +77,7 @@ fn body(kind: &str, at: &str, tenant: &str, seq: i64, data: &Value) -> String {
 /// A pending delivery to `webhook`; past [`MAX_PENDING`], its oldest pending one fails
 /// (counted as a failed delivery).
 fn insert(db: &Conn, tenant: &str, webhook: &str, message: &str, kind: &str, body: &str) -> Result<(), ApiError> {
-    let now = deliver::now_ms();
+    let now = outbox::now_ms();
     db.execute(
         "INSERT INTO webhook_deliveries (tenant, webhook, message, type, body, state, created_ms, next_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
@@ -97,7 +97,7 @@ fn insert(db: &Conn, tenant: &str, webhook: &str, message: &str, kind: &str, bod
         if let Some(oldest) = oldest {
             let why =
                 format!("dropped: the webhook had {MAX_PENDING} deliveries pending (its endpoint does not take them)");
-            deliver::fail(db, oldest, tenant, webhook, &why)?;
+            outbox::fail(db, oldest, tenant, webhook, &why)?;
             db.count_at_commit(|metrics| metrics.webhook_attempt("failed"));
         }
     }
