@@ -16,9 +16,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::planning::Planning;
 use super::proposals::{self, Approved};
 use super::request::PlannerRequest;
-use super::{Planning, bindings, history, schedule};
+use super::{bindings, history, schedule};
 use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::auth::Caller;

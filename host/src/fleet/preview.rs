@@ -6,7 +6,7 @@
 use fleet_guest::plugins::PluginKind;
 use serde_json::{Value, json};
 
-use super::Planning;
+use super::planning::Planning;
 use crate::api::{ApiError, Problem};
 use crate::calls::auth::Caller;
 use crate::calls::input::Input;

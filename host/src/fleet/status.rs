@@ -4,8 +4,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Planning;
 use super::drift::{self, Checks};
+use super::planning::Planning;
 use crate::api::ApiError;
 use crate::calls::input::Input;
 use crate::calls::parse_body;

@@ -4,27 +4,27 @@
 
 use serde_json::{Value, json};
 
-use super::AppliedDocument;
 use crate::api::ApiError;
 use crate::db;
 use crate::events;
 use crate::store::trail;
 
-/// `fleet.drifted`'s data for a check's `plan` (see [`Reconciler::drifted_event`]).
+/// `fleet.drifted`'s data for a check's `plan` of `tenant`'s document applied at
+/// `applied_at` (see `Reconciler::drifted_event`).
 pub(super) fn drifted_data(
     db: &db::Conn,
-    applied: &AppliedDocument,
+    (tenant, applied_at): (&str, &str),
     plan: &Value,
     recorded_since: Option<&str>,
     now: &str,
 ) -> Result<Value, ApiError> {
-    let changes = drift_changes(db, &applied.tenant, plan)?;
+    let changes = drift_changes(db, tenant, plan)?;
     let since = match recorded_since {
         Some(since) => since.to_owned(),
         None => changes
             .iter()
             .filter_map(|change| change["changedAt"].as_str())
-            .filter(|at| *at >= applied.applied_at.as_str())
+            .filter(|at| *at >= applied_at)
             .min()
             .unwrap_or(now)
             .to_owned(),

@@ -24,8 +24,8 @@ pub use super::schedule::now_ms;
 pub use changes::drift_changes;
 use changes::{drifted, drifted_data, transition};
 
-use super::Planning;
 use super::apply::{Heal, heal};
+use super::planning::Planning;
 use super::request::PlannerRequest;
 use super::schedule::{self, Clock, millis, next_due, release_each};
 use crate::api::{ApiError, Code};
@@ -273,7 +273,7 @@ impl Reconciler {
             db.query_opt("SELECT since FROM fleet_drift WHERE tenant = ?1", params![&applied.tenant], |row| {
                 row.get(0)
             })?;
-        drifted_data(&db, applied, plan, recorded.flatten().as_deref(), &db::now())
+        drifted_data(&db, (&applied.tenant, &applied.applied_at), plan, recorded.flatten().as_deref(), &db::now())
     }
 
     /// Records what a check's `plan` found and publishes an event if the answer changed
@@ -315,7 +315,8 @@ impl Reconciler {
             let data = match &found {
                 Some(plan_hash) => {
                     let recorded_since = recorded.as_ref().and_then(|(_, since)| since.as_deref());
-                    let mut data = drifted_data(db, applied, plan, recorded_since, &now)?;
+                    let mut data =
+                        drifted_data(db, (&applied.tenant, &applied.applied_at), plan, recorded_since, &now)?;
                     let (since, changes) = (data["since"].as_str().unwrap_or_default().to_owned(), &data["changes"]);
                     db.execute(
                         "INSERT INTO fleet_drift (tenant, checked_at, plan_hash, summary, changes, since)

@@ -15,7 +15,7 @@ use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call};
 use crate::db::{self, Tx, params};
 use crate::events;
-use crate::fleet::Planning;
+use crate::fleet::planning::Planning;
 use crate::fleet::request::PlannerRequest;
 use crate::planner::{Entry, Session};
 

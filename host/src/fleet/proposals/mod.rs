@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 mod judged;
 
-use super::Planning;
+use super::planning::Planning;
 use super::schema::{fleet_config_schema, review_schema};
 
 use crate::api::ApiError;
