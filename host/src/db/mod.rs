@@ -496,7 +496,11 @@ mod tests {
             Err(ApiError::new(crate::api::Code::FailedPrecondition, "rolled back"))
         });
         assert!(rolled_back.is_err());
-        transaction(&db, Tx::Write("acme"), |db| Ok(count(db))).unwrap();
+        transaction(&db, Tx::Write("acme"), |db| {
+            count(db);
+            Ok(())
+        })
+        .unwrap();
         let exposition = metrics.render(0, 0, 0);
         assert!(exposition.contains("fleet_events_published_total{type=\"counted\"} 1"), "{exposition}");
     }
