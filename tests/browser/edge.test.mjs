@@ -66,9 +66,14 @@ async function serveEdge(origin) {
   };
 }
 
+// Every request names itself alike at the edge and at the origin: their answers are the
+// same bytes only when they name the request alike (SPEC §2's request id).
+const REQUEST_ID = 'edge-under-jco/1';
+
 async function post(base, path, token, body) {
-  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const headers = { 'X-Request-Id': REQUEST_ID, ...(token ? { Authorization: `Bearer ${token}` } : {}) };
   const response = await fetch(`${base}${path}`, { method: 'POST', headers, body });
+  assert.equal(response.headers.get('x-request-id'), REQUEST_ID, `${base}${path}`);
   return { status: response.status, text: await response.text() };
 }
 
