@@ -52,9 +52,14 @@ impl Reach {
         if authority.as_str().contains('@') {
             return Err("must not carry credentials; sign with the webhook's secret instead".to_owned());
         }
+        let bracketed = authority.host().starts_with('[');
         let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
         if host.is_empty() {
             return Err("must name a host".to_owned());
+        }
+        // Brackets hold an IPv6 address (RFC 3986), and nothing else.
+        if bracketed && host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("must name a host: {} in brackets is no IPv6 address", quoted(&host)));
         }
         // The port as written: the URI parser takes `99999`, an empty port or `80abc`,
         // and has no number for them, which would send to the scheme's default.
@@ -253,6 +258,10 @@ mod tests {
         assert_eq!(reach.target("https://hooks.example.com:65535/x").unwrap().port, 65535);
         assert_eq!(reach.target("https://[2606:2800::1]:8443/x").unwrap().port, 8443);
         assert!(reach.target("https://[2606:2800::1]:/x").is_err());
+        // Found by API fuzzing: brackets around what is no IPv6 address.
+        for url in ["https://[1.9]/x", "https://[1.2.3.4]/x", "https://[::g]/x"] {
+            assert!(reach.target(url).unwrap_err().contains("no IPv6 address"), "{url}");
+        }
         let http = Reach { allow_http: true, ..Reach::default() };
         let target = http.target("http://[::1]:8080/hook").unwrap();
         assert_eq!((target.host.as_str(), target.port, target.https), ("::1", 8080, false));

@@ -167,6 +167,14 @@ fn the_command_line_lists_prints_compares_and_rolls_back() {
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("revision 5, which fleet.drift heals."), "{said}");
     assert_eq!(server.ok(&token, "fleet/status", json!({}))["applied"]["heal"], true);
+
+    // A count written `2.0` is the count 2, as JSON Schema reads it (found by API fuzzing:
+    // the apply was refused).
+    let document = server.ok(&token, "fleet/revision", json!({"revision": 2}))["document"].clone();
+    let body = format!(r#"{{"document": {document}, "rollbackOf": 2.0, "prune": true}}"#);
+    let (status, answer) = server.raw(Some(&token), "/api/compute/fleet/apply", body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(revisions(&server, &token, json!({}))[0]["rollbackOf"], 2);
 }
 
 /// `fleet diff` compares the documents as the planner reads them: after `serve --demo`

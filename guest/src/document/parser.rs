@@ -95,7 +95,7 @@ impl<'c> Parser<'c> {
             // The revision whose document this apply puts back (`fleet rollback N`): the
             // host's to keep on the revision it makes; the plan is the same either way.
             "rollbackOf" if self.plan_hash_allowed => {
-                if !value.as_u64().is_some_and(|revision| (1..=crate::json::MAX_COUNT).contains(&revision)) {
+                if crate::json::count(value).is_none_or(|revision| revision == 0) {
                     problems.push(pointer(&["rollbackOf"]), "must be a revision's number, 1 or more");
                 }
             }

@@ -386,8 +386,9 @@ struct Recorded<'a> {
     prune: bool,
     #[serde(default)]
     heal: bool,
+    /// A count, `3.0` too, as the planner read it.
     #[serde(rename = "rollbackOf", default)]
-    rollback_of: Option<i64>,
+    rollback_of: Option<serde_json::Number>,
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document as
@@ -465,7 +466,11 @@ fn record_revision(
         calls,
         overrides: &overrides.to_string(),
         proposal,
-        rollback_of: request.rollback_of,
+        rollback_of: request
+            .rollback_of
+            .as_ref()
+            .and_then(fleet_guest::json::count_of_number)
+            .and_then(|n| i64::try_from(n).ok()),
     };
     let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
     publish_applied(db, caller, applied, revision, proposal, "fleet.apply")?;

@@ -93,26 +93,22 @@ pub fn openapi(registry: &Registry) -> Value {
     description
 }
 
-/// Every operation takes a client's `X-Request-Id`, and every answer carries one (SPEC §2).
+/// Every answer carries an `X-Request-Id` (SPEC §2). A client may send its own, which
+/// is kept when it is an id and replaced when not: any value is taken, so it is told in
+/// the header's description rather than as a parameter, whose schema a fuzzer would
+/// read as a promise to refuse what it does not match.
 fn name_requests(description: &mut Value) {
     let Some(paths) = description["paths"].as_object_mut() else { return };
     for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
-        let parameter = json!({"$ref": "#/components/parameters/RequestId"});
-        match operation["parameters"].as_array_mut() {
-            Some(parameters) => parameters.push(parameter),
-            None => operation["parameters"] = json!([parameter]),
-        }
         let Some(responses) = operation["responses"].as_object_mut() else { continue };
         for response in responses.values_mut() {
             response["headers"]["X-Request-Id"] = json!({"$ref": "#/components/headers/RequestId"});
         }
     }
-    let id = json!({"type": "string", "pattern": "^[!-~]{1,128}$"});
-    description["components"]["parameters"] = json!({"RequestId": {"name": "X-Request-Id", "in": "header",
-        "required": false, "schema": id,
-        "description": "The request's own id, kept when it is 1–128 visible ASCII characters; else the server makes one."}});
-    description["components"]["headers"] = json!({"RequestId": {"schema": id,
-        "description": "The request's id: the client's own, or a new one. Every log line of the request names it."}});
+    description["components"]["headers"] = json!({"RequestId": {
+        "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+        "description": "The request's id: the client's own X-Request-Id when it sent one of 1–128 visible ASCII \
+            characters, else a new one. The error envelope's requestId and every log line of the request name it."}});
 }
 
 /// The registry's methods as OpenAPI paths, with the error envelope as a component.
