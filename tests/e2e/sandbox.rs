@@ -126,20 +126,29 @@ fn many_large_plans_stay_within_the_memory_total_and_a_small_plan_passes_them() 
         (answers, peak.join().unwrap(), passed)
     });
     assert!(passed >= 1.0, "the small plan answered while large ones still waited ({passed} waiting)");
-    let (mut planned, mut refused) = (0, 0);
+    let (mut planned, mut refused, mut late) = (0, 0, 0);
     for (status, retry, body) in &answers {
         match status {
             200 => planned += 1,
-            429 => {
-                assert!(body.contains("RESOURCE_EXHAUSTED") && body.contains("--sandbox-memory-total-mib"), "{body}");
+            // Waited past its deadline for memory: told to come back.
+            429 if body.contains("--sandbox-memory-total-mib") => {
+                assert!(body.contains("RESOURCE_EXHAUSTED"), "{body}");
                 assert_eq!(retry.as_deref(), Some("5"));
                 refused += 1;
+            }
+            // Admitted late, on a slow machine, it ran past the same deadline, which
+            // counts from the request's start: bounded just as well.
+            429 => {
+                assert!(body.contains("RESOURCE_EXHAUSTED") && body.contains("(--request-timeout)"), "{body}");
+                late += 1;
             }
             _ => panic!("{status}: {body}"),
         }
     }
-    assert!(planned >= 1, "{planned} planned, {refused} refused");
-    eprintln!("{planned} planned, {refused} refused; peak RSS {peak_rss:.0} MiB (total {TOTAL_MIB} MiB)");
+    assert!(planned >= 1, "{planned} planned, {refused} refused, {late} ran past the deadline");
+    eprintln!(
+        "{planned} planned, {refused} refused, {late} ran past the deadline; peak RSS {peak_rss:.0} MiB (total {TOTAL_MIB} MiB)"
+    );
     assert!(peak_rss < TOTAL_MIB + OVERHEAD_MIB, "peak RSS {peak_rss:.0} MiB");
     assert_eq!(gauge(&server, "fleet_sandbox_memory_held_bytes"), 0.0, "every call gave its memory back");
 }
