@@ -46,17 +46,12 @@ pub struct Answer {
     pub allow: Option<&'static str>,
 }
 
-/// The longest request id a client's own is kept at (SPEC §2).
-const MAX_REQUEST_ID: usize = 128;
-
 /// The request's id (SPEC §2), as the origin names its requests: the client's own
 /// `X-Request-Id` when it sent one of 1–128 visible ASCII characters, else `new()`. The
 /// edge sends it on to the origin, so that both name the request alike.
 pub fn request_id(given: Option<&[u8]>, new: impl FnOnce() -> String) -> String {
     match given {
-        Some(id) if (1..=MAX_REQUEST_ID).contains(&id.len()) && id.iter().all(|byte| matches!(byte, b'!'..=b'~')) => {
-            String::from_utf8_lossy(id).into_owned()
-        }
+        Some(id) if fleet_guest::grammar::is_request_id(id) => String::from_utf8_lossy(id).into_owned(),
         _ => new(),
     }
 }

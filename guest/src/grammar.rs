@@ -8,6 +8,15 @@ pub const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
 /// Strings hold no control characters (SPEC §2).
 pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
 
+/// A request's id (SPEC §2): 1–128 visible ASCII characters.
+pub const REQUEST_ID_PATTERN: &str = "^[!-~]{1,128}$";
+
+/// Whether `id` matches [`REQUEST_ID_PATTERN`]: a client's own request id is kept, by
+/// the origin and the edge alike, only then.
+pub fn is_request_id(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len()) && id.iter().all(|byte| matches!(byte, b'!'..=b'~'))
+}
+
 /// Whether `text` matches [`NAME_PATTERN`].
 pub fn is_name(text: &str) -> bool {
     let bytes = text.as_bytes();

@@ -2,6 +2,7 @@
 //! one place: every method of the registry with its schemas, and the routes the server
 //! answers besides (health, metrics, the catalogue, the event stream, the console).
 
+use fleet_guest::grammar;
 use serde_json::{Value, json};
 
 use super::{console, sse};
@@ -106,7 +107,7 @@ fn name_requests(description: &mut Value) {
         }
     }
     description["components"]["headers"] = json!({"RequestId": {
-        "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+        "schema": {"type": "string", "pattern": grammar::REQUEST_ID_PATTERN},
         "description": "The request's id: the client's own X-Request-Id when it sent one of 1–128 visible ASCII \
             characters, else a new one. The error envelope's requestId and every log line of the request name it."}});
 }
@@ -158,7 +159,7 @@ fn methods(registry: &Registry) -> Value {
                         "code": {"type": "string", "enum": Code::ALL.map(Code::as_str)},
                         "message": {"type": "string"},
                         "details": {"type": "object"},
-                        "requestId": {"type": "string", "pattern": "^[!-~]{1,128}$",
+                        "requestId": {"type": "string", "pattern": grammar::REQUEST_ID_PATTERN,
                                       "description": "The request's id, as its answer's `X-Request-Id` says it."}
                     }
                 }}

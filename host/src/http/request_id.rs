@@ -5,14 +5,12 @@
 
 use std::future::Future;
 
+use fleet_guest::grammar::is_request_id;
 use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
 
 /// The header a client may name its request with, and every answer carries.
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The longest id a client's own is kept at.
-const MAX_LEN: usize = 128;
 
 tokio::task_local! {
     /// The id of the request the task serves: every error envelope made while serving it
@@ -30,7 +28,7 @@ impl RequestId {
     pub fn of(headers: &HeaderMap) -> RequestId {
         let mut given = headers.get_all(&HEADER).iter();
         match (given.next(), given.next()) {
-            (Some(id), None) if is_kept(id.as_bytes()) => RequestId(id.clone()),
+            (Some(id), None) if is_request_id(id.as_bytes()) => RequestId(id.clone()),
             _ => RequestId::new(),
         }
     }
@@ -42,7 +40,7 @@ impl RequestId {
     }
 
     pub fn as_str(&self) -> &str {
-        // Invariant: only visible ASCII is ever held (`is_kept`, or hex digits).
+        // Invariant: only visible ASCII is ever held (`is_request_id`, or hex digits).
         self.0.to_str().unwrap_or_default()
     }
 
@@ -71,11 +69,6 @@ impl std::fmt::Display for RequestId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Whether a client's id is kept: 1–128 characters from `!` to `~`.
-fn is_kept(id: &[u8]) -> bool {
-    (1..=MAX_LEN).contains(&id.len()) && id.iter().all(|byte| matches!(byte, b'!'..=b'~'))
 }
 
 #[cfg(test)]
