@@ -385,7 +385,8 @@ fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     assert_eq!(audit.status.code(), Some(0), "{}", stderr(&audit));
     let lines: Vec<String> = stdout(&audit).lines().map(str::to_owned).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
-    let update = format!("pool gpu-a ({}): gpus 64 -> 48 by alice via compute.pools.update at 20", pool.as_str().unwrap());
+    let update =
+        format!("pool gpu-a ({}): gpus 64 -> 48 by alice via compute.pools.update at 20", pool.as_str().unwrap());
     assert!(lines[0].contains(&update) && !lines[0].contains("fleet.apply"), "{lines:?}");
     assert!(lines[1].contains("via compute.pools.create at 20") && lines[1].contains("(fleet.apply of sha256:"));
     assert!(lines[1].contains("site (none) -> eu-west (site_"), "a reference is named too: {lines:?}");
@@ -397,7 +398,8 @@ fn status_says_when_it_checked_and_exits_2_when_drifted_and_audit_says_who() {
     let page: Value = serde_json::from_slice(&page.stdout).unwrap();
     assert!(page["records"][0]["seq"].as_u64() > oldest["records"][0]["seq"].as_u64(), "newest first by default");
     let first = oldest["records"][0]["seq"].as_u64().unwrap();
-    let next = stdout(&fleet(&server, &token, &["audit", "--after", &first.to_string(), "--id", pool.as_str().unwrap()]));
+    let next =
+        stdout(&fleet(&server, &token, &["audit", "--after", &first.to_string(), "--id", pool.as_str().unwrap()]));
     assert!(next.lines().all(|line| line.contains(pool.as_str().unwrap())), "{next}");
 
     // Put back by hand, then the applied document applied again: nothing to do and no
@@ -524,4 +526,201 @@ fn output_to_a_reader_that_left_ends_quietly() {
         assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
         assert_eq!(stderr(&output), "", "{args:?}");
     }
+}
+
+/// A directory of `files` (name, text) under the server's directory, made afresh; its path.
+fn directory(server: &Server, name: &str, files: &[(&str, &str)]) -> String {
+    let dir = server.dir.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, text) in files {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir.display().to_string()
+}
+
+/// `fleet history --json`: what has been applied, to tell that nothing was.
+fn history(server: &Server, token: &str) -> Value {
+    let history = fleet(server, token, &["history", "--json"]);
+    assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
+    serde_json::from_slice(&history.stdout).unwrap()
+}
+
+/// SPEC §20.1: a directory's `*.yaml`, `*.yml` and `*.json` files are one document, the
+/// very one a single file with the same sections and keys is: the same plan hash, and
+/// applying one leaves the other nothing to do. Hidden files, other extensions and
+/// subdirectories (one named like a document file too) are not read: each would fail.
+#[test]
+fn a_directory_is_the_document_its_files_merge_into() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let mut whole = estate();
+    whole["pools"]["gpu-b"] = json!({"site": "eu-west", "account": "aws-main", "class": "cpu", "owner": "team-ml"});
+    let part = |sections: &[&str], pools: &[&str]| {
+        let mut part = json!({});
+        for section in sections {
+            part[*section] = whole[*section].clone();
+        }
+        for pool in pools {
+            part["pools"][*pool] = whole["pools"][*pool].clone();
+        }
+        part
+    };
+    let yaml = |value: Value| serde_yaml_ng::to_string(&value).unwrap();
+    let broken = "pools: [unclosed\n";
+    let estate_dir = directory(
+        &server,
+        "estate",
+        &[
+            ("10-sites.yaml", &yaml(part(&["sites", "providerAccounts"], &[]))),
+            ("20-pools.yml", &yaml(part(&["ownerQuotas"], &["gpu-a"]))),
+            ("30-more.json", &part(&["offers", "flavors"], &["gpu-b"]).to_string()),
+            (".hidden.yaml", broken),
+            ("README.md", "# The estate\n\nEach file holds some of its sections.\n"),
+            ("20-pools.yml.orig", broken),
+            ("sub/40-pools.yaml", broken),
+            ("archive.yaml/old.yaml", broken),
+        ],
+    );
+    let single = write(server.dir.path(), "whole.json", &whole.to_string());
+
+    let plan_of = |document: &str| {
+        let planned = fleet(&server, &token, &["plan", document, "--json"]);
+        assert_eq!(planned.status.code(), Some(2), "{document}: {}", stderr(&planned));
+        serde_json::from_slice::<Value>(&planned.stdout).unwrap()
+    };
+    let from_directory = plan_of(&estate_dir);
+    let from_file = plan_of(&single);
+    assert_eq!(from_directory["summary"]["create"], 7, "{from_directory}");
+    assert_eq!(from_directory["planHash"], from_file["planHash"]);
+
+    // The directory's apply, pinned to the single file's plan.
+    let hash = from_file["planHash"].as_str().unwrap();
+    let applied = fleet(&server, &token, &["apply", &estate_dir, "--plan-hash", hash, "--yes"]);
+    assert_eq!(applied.status.code(), Some(0), "{}", stderr(&applied));
+    assert!(stdout(&applied).contains("Applied 7 calls."), "{}", stdout(&applied));
+    let again = fleet(&server, &token, &["plan", &single]);
+    assert_eq!(again.status.code(), Some(0), "{}{}", stdout(&again), stderr(&again));
+    assert!(stdout(&again).contains("No changes"), "{}", stdout(&again));
+    let status = fleet(&server, &token, &["status"]);
+    assert!(stdout(&status).contains(&format!("Applied {hash} by alice")), "{}", stdout(&status));
+}
+
+/// A key in two files, or a section of two shapes, is refused naming both files and the
+/// key, before anything is sent: nothing is planned or applied.
+#[test]
+fn a_key_in_two_files_is_refused_naming_both_and_nothing_is_applied() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    server.ok(&token, "fleet/apply", json!({"document": {"sites": estate()["sites"]}}));
+    let before = history(&server, &token);
+    assert_eq!(before["revisions"].as_array().map(Vec::len), Some(1), "{before}");
+
+    let pools = serde_yaml_ng::to_string(&json!({"sites": estate()["sites"], "pools": estate()["pools"]})).unwrap();
+    let clash = directory(
+        &server,
+        "clash",
+        &[("10-pools.yaml", &pools), ("20-more.yaml", "pools:\n  gpu-a: {site: eu-west, class: cpu}\n")],
+    );
+    for command in [&["plan", &clash][..], &["apply", &clash, "--yes"], &["propose", &clash]] {
+        let refused = fleet(&server, &token, command);
+        assert_eq!(refused.status.code(), Some(1), "{command:?}: {}", stdout(&refused));
+        let errors = stderr(&refused);
+        for named in [&clash, "10-pools.yaml", "20-more.yaml", "/pools/gpu-a: is in both"] {
+            assert!(errors.contains(named), "{command:?}: {named}: {errors}");
+        }
+    }
+
+    let shapes = directory(
+        &server,
+        "shapes",
+        &[("a.json", r#"{"moved": [{"kind": "pool", "from": "a", "to": "b"}]}"#), ("b.yaml", "moved:\n  a: b\n")],
+    );
+    let refused = fleet(&server, &token, &["apply", &shapes, "--yes"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("/moved: is a list in "), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("a.json but an object in ") && stderr(&refused).contains("b.yaml"));
+
+    assert_eq!(history(&server, &token), before);
+    assert_eq!(server.ok(&token, "pools/list", json!({}))["items"], json!([]));
+    assert_eq!(server.ok(&token, "proposals/list", json!({}))["proposals"], json!([]));
+}
+
+/// What is no document is refused naming the directory or the file, with exit code 1
+/// and nothing applied: a directory without document files, and a file that holds two
+/// YAML documents, nothing, no object, a wrapped document, or cannot be read.
+#[test]
+fn a_directory_that_is_no_document_says_which_file_is_wrong() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let sites = r#"{"sites": {"eu-west": {"region": "eu-west-1"}}}"#;
+    let refused = |dir: &str, said: &[&str]| {
+        let applied = fleet(&server, &token, &["apply", dir, "--yes"]);
+        assert_eq!(applied.status.code(), Some(1), "{dir}: {}", stdout(&applied));
+        for said in said {
+            assert!(stderr(&applied).contains(said), "{dir}: {said}: {}", stderr(&applied));
+        }
+    };
+
+    let empty = directory(&server, "empty", &[]);
+    refused(&empty, &[&format!("{empty}: no document file in this directory")]);
+    let only_others =
+        directory(&server, "others", &[(".estate.yaml", sites), ("estate.txt", sites), ("a/b.json", sites)]);
+    refused(&only_others, &[&format!("{only_others}: no document file in this directory")]);
+
+    let two =
+        directory(&server, "two", &[("10-sites.json", sites), ("20-pools.yaml", "pools: {}\n---\nflavors: {}\n")]);
+    refused(&two, &["20-pools.yaml: holds more than one YAML document"]);
+    let blank = directory(&server, "blank", &[("10-sites.json", sites), ("20-pools.yaml", "# pools come later\n")]);
+    refused(&blank, &["20-pools.yaml: holds no document"]);
+    let list = directory(&server, "list", &[("10-sites.json", sites), ("20-pools.json", "[]")]);
+    refused(&list, &["20-pools.json is a list, not an object of sections"]);
+    let wrapped = directory(&server, "wrapped", &[("10-sites.json", &format!(r#"{{"document": {sites}}}"#))]);
+    refused(&wrapped, &["10-sites.json: the file wraps its document"]);
+
+    let locked = directory(&server, "locked", &[("10-sites.json", sites), ("20-pools.yaml", "pools: {}\n")]);
+    let file = Path::new(&locked).join("20-pools.yaml");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // Root (or a process with CAP_DAC_OVERRIDE), as tests may run in a container, reads
+    // the file all the same: there is no unreadable file to refuse then.
+    if std::fs::read(&file).is_err() {
+        refused(&locked, &[&format!("{}: Permission denied", file.display())]);
+    }
+
+    assert_eq!(history(&server, &token)["revisions"], json!([]));
+    assert_eq!(server.ok(&token, "sites/list", json!({}))["items"], json!([]));
+}
+
+/// A file over 16 MiB (a default server's whole body) is refused naming it, unread past
+/// that; files under it that merge into more are sent, with a warning naming the
+/// directory first, since what the server answers names none.
+#[test]
+fn sizes_past_a_default_servers_limit_are_named() {
+    let server = Server::start(&[]);
+    let token = server.tenant_with_token("acme");
+    let site =
+        |name: &str, note: usize| json!({"sites": {name: {"region": "r", "labels": {"note": "n".repeat(note)}}}});
+    let large = directory(&server, "large", &[("estate.json", &site("eu", 17 << 20).to_string())]);
+    let file = format!("{large}/estate.json");
+    let refused = fleet(&server, &token, &["plan", &file]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains(&format!("{file}: larger than 16 MiB")), "{}", stderr(&refused));
+    let refused = fleet(&server, &token, &["plan", &large]);
+    assert!(stderr(&refused).contains(&format!("{file}: larger than 16 MiB")), "{}", stderr(&refused));
+
+    let halves = directory(
+        &server,
+        "halves",
+        &[("a.json", &site("eu", 9 << 20).to_string()), ("b.json", &site("us", 9 << 20).to_string())],
+    );
+    let refused = fleet(&server, &token, &["plan", &halves]);
+    assert_eq!(refused.status.code(), Some(1));
+    let errors = stderr(&refused);
+    assert!(errors.contains(&format!("warning: {halves}: the document is ")), "{errors}");
+    // The server answers PAYLOAD_TOO_LARGE as soon as the body passes its limit and closes
+    // the connection, which the client, still writing, may see as a failed write only.
+    assert!(errors.contains("PAYLOAD_TOO_LARGE") || errors.contains("error writing a body"), "{errors}");
+    assert_eq!(server.ok(&token, "sites/list", json!({}))["items"], json!([]));
 }

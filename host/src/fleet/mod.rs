@@ -10,6 +10,7 @@
 mod apply;
 pub mod bindings;
 pub mod drift;
+pub mod files;
 pub mod history;
 mod planning;
 mod preview;

@@ -1,11 +1,12 @@
 //! The operator's client of a running server: its errors and exit codes, the HTTP(S)
-//! client, FleetConfig documents in JSON or YAML, and what is printed of the server's
-//! strings (escaped, so that a terminal is safe).
+//! client, FleetConfig documents read from a file or a directory, and what is printed
+//! of the server's strings (escaped, so that a terminal is safe).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use fleet::fleet::files;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
@@ -179,48 +180,91 @@ pub fn escape_controls(text: &str) -> String {
 // ---- documents ---------------------------------------------------------------------------
 
 pub fn is_yaml_path(path: &Path) -> bool {
-    matches!(path.extension().and_then(|extension| extension.to_str()), Some("yaml" | "yml"))
+    files::is_yaml_name(&path.to_string_lossy())
 }
 
-/// Reads a FleetConfig as JSON or YAML: by extension, else by content.
+/// Reads a FleetConfig document (SPEC §20.1): a JSON or YAML file, or a directory whose
+/// `*.yaml`, `*.yml` and `*.json` files, hidden ones and subdirectories left out, are
+/// merged section by section ([`files::merge`]). Every file is read whole, as the
+/// document itself (not wrapped in `{"document": ...}`), before anything is sent.
 pub fn read_document(path: &Path) -> Result<Value, CliError> {
-    read_json_or_yaml(path, &[])
+    let paths = if path.is_dir() { document_files(path)? } else { vec![path.to_owned()] };
+    let mut read = Vec::with_capacity(paths.len());
+    for file in paths {
+        let name = file.display().to_string();
+        let text = read_text(&file, files::MAX_FILE_BYTES as u64)?;
+        let document = files::parse(&name, &text).map_err(|error| CliError::Input(error.to_string()))?;
+        if document.get("document").is_some_and(Value::is_object) {
+            return Err(CliError::Input(format!(
+                "{name}: the file wraps its document in {{\"document\": ...}}; a FleetConfig file is the document \
+                 itself: move its sections (sites, pools, ...) to the top level"
+            )));
+        }
+        read.push((name, document));
+    }
+    files::merge(read).map_err(|problems| {
+        // Each problem names its files; a directory's are listed under it.
+        let (mut lines, indent) = match path.is_dir() {
+            true => (vec![format!("{}: its files do not merge into one document", path.display())], "  "),
+            false => (Vec::new(), ""),
+        };
+        lines.extend(problems.listed().iter().map(|problem| match problem.path.as_str() {
+            "" => format!("{indent}{}", problem.message),
+            at => format!("{indent}{at}: {}", problem.message),
+        }));
+        if problems.total() > problems.listed().len() {
+            lines.push(format!("{indent}and {} more", problems.total() - problems.listed().len()));
+        }
+        CliError::Input(lines.join("\n"))
+    })
+}
+
+/// The files of the document that is the directory `dir`, sorted by name: those
+/// [`files::is_document_file`] names, not a directory among them, nothing below.
+fn document_files(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
+    let unreadable = |error: std::io::Error| CliError::Input(format!("{}: {error}", dir.display()));
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        let path = entry.path();
+        if files::is_document_file(&entry.file_name().to_string_lossy()) && !path.is_dir() {
+            found.push(path);
+        }
+    }
+    if found.is_empty() {
+        return Err(CliError::Input(format!(
+            "{}: no document file in this directory (a directory's document is its *.yaml, *.yml and *.json \
+             files; hidden files and subdirectories are not read)",
+            dir.display()
+        )));
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// A file's text, refused past `limit` bytes without reading more of it than that.
+fn read_text(path: &Path, limit: u64) -> Result<String, CliError> {
+    use std::io::Read as _;
+    let failed = |error: std::io::Error| CliError::Input(format!("{}: {error}", path.display()));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).map_err(failed)?.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(failed)?;
+    if bytes.len() as u64 > limit {
+        return Err(CliError::Input(format!(
+            "{}: larger than {} MiB, the most one file of a document may hold (what a server accepts by default); \
+             split it over the files of a directory",
+            path.display(),
+            limit >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| CliError::Input(format!("{}: not UTF-8 text", path.display())))
 }
 
 /// Reads a plan saved by `fleet plan --out`, whose saved state carries the policies in
 /// force: their sources are text with line breaks.
 pub fn read_saved_plan(path: &Path) -> Result<Value, CliError> {
-    read_json_or_yaml(path, &["/state/policies/*/source"])
-}
-
-/// A JSON or YAML file, read strictly (SPEC §2); the strings at the `multiline` JSON
-/// pointers may hold line breaks and tabs.
-fn read_json_or_yaml(path: &Path, multiline: &[&str]) -> Result<Value, CliError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))?;
-    let looks_like_json = text.trim_start().starts_with('{');
-    if is_yaml_path(path) || !looks_like_json {
-        serde_yaml_ng::from_str(&text).map_err(|error| CliError::Input(format!("{}: {error}", path.display())))
-    } else {
-        let reading = fleet_guest::json::Reading { multiline, budget: usize::MAX };
-        fleet_guest::json::read(&text, &reading).map_err(|refusal| {
-            let fleet_guest::json::Refusal::Invalid(problems) = refusal else {
-                return CliError::Input(format!("{}: too large to read", path.display()));
-            };
-            let mut listed: Vec<String> = problems
-                .listed()
-                .iter()
-                .map(|problem| match problem.path.as_str() {
-                    "" => problem.message.clone(),
-                    path => format!("{path}: {}", problem.message),
-                })
-                .collect();
-            if problems.total() > listed.len() {
-                listed.push(format!("and {} more", problems.total() - listed.len()));
-            }
-            CliError::Input(format!("{}: {}", path.display(), listed.join("; ")))
-        })
-    }
+    let text = read_text(path, u64::MAX)?;
+    let reading = fleet_guest::json::Reading { multiline: &["/state/policies/*/source"], budget: usize::MAX };
+    files::parse_with(&path.display().to_string(), &text, &reading).map_err(|error| CliError::Input(error.to_string()))
 }
 
 pub fn write_document(path: &Path, value: &Value) -> Result<(), CliError> {

@@ -98,15 +98,22 @@ pub fn export(client: &Client, output: Option<&Path>, format: Option<Format>) ->
     Ok(EXIT_OK)
 }
 
-/// Reads the FleetConfig of a `plan` or `apply` file: the document itself, not wrapped.
+/// Reads the FleetConfig of `plan`, `apply` or `propose`: a file, or a directory of files
+/// merged (SPEC §20.1), each the document itself, not wrapped.
 pub fn read_fleet_config(file: &Path) -> Result<Value, CliError> {
     let document = read_document(file)?;
-    if document.get("document").is_some_and(Value::is_object) {
-        return Err(CliError::Input(format!(
-            "{}: the file wraps its document in {{\"document\": ...}}; a FleetConfig file is the document \
-             itself: move its sections (sites, pools, ...) to the top level",
-            file.display()
-        )));
+    // The server's body limit is its own (`serve --body-limit`): past the default, say
+    // here which document is that large, before a server answers PAYLOAD_TOO_LARGE.
+    let default_limit = fleet::fleet::files::MAX_FILE_BYTES;
+    let size = serde_json::to_vec(&document).map_or(0, |bytes| bytes.len());
+    if size > default_limit {
+        eprintln!(
+            "warning: {}: the document is {} bytes as JSON, more than the {} MiB a server accepts unless its \
+             `serve --body-limit` allows more",
+            file.display(),
+            size,
+            default_limit >> 20
+        );
     }
     Ok(document)
 }
