@@ -18,6 +18,7 @@ mod modules; // §4
 mod observability; // §13
 mod plugins; // §10
 mod sandbox; // §7
+mod sources; // §20.2
 mod support;
 mod tls; // §12's HTTPS
 mod webhooks; // §18

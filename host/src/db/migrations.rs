@@ -34,6 +34,7 @@ history!(
     "0015_proposals",
     "0016_webhooks",
     "0017_hardening",
+    "0018_sources",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::plan_source;
 use super::planning::Planning;
 use super::proposals::{self, Approved};
 use super::request::PlannerRequest;
@@ -24,7 +25,7 @@ use crate::api::{ApiError, Code};
 use crate::calls::Dispatcher;
 use crate::calls::auth::Caller;
 use crate::calls::context::{Ctx, Via};
-use crate::calls::input::Input;
+use crate::calls::input::{self, Input};
 use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call, Registry};
 use crate::db::params;
@@ -50,9 +51,10 @@ pub(super) fn apply(planning: &Planning, call: Call) -> Answer {
 
 /// What an apply applies, read once from its request.
 enum Applying<'a> {
-    /// A document, in the request as the client sent it: the planner reads it and
-    /// refuses what is wrong with it; the host reads what it records once it is accepted.
-    Document(&'a str),
+    /// A document, in the request as the client sent it (without its `source`, which
+    /// is no part of the plan): the planner reads it and refuses what is wrong with it;
+    /// the host reads what it records once it is accepted.
+    Document { request: Cow<'a, str>, source: Option<String> },
     /// An approved proposal (`{"proposal": N, "overrides"?}`), with the overrides the
     /// applier gives its plan's denials.
     Proposal { number: i64, overrides: Option<Box<RawValue>> },
@@ -62,16 +64,18 @@ enum Applying<'a> {
 
 impl<'a> Applying<'a> {
     /// A request that names a proposal is read here, once, and must name nothing the
-    /// proposal holds; any other request is a document's, the planner's to read.
+    /// proposal holds; any other request is a document's, the planner's to read, once
+    /// the host has taken out its `source`.
     fn read(body: &'a str) -> Result<Applying<'a>, ApiError> {
+        let document = || Applying::Document { request: Cow::Borrowed(body), source: None };
         // Only a request that holds the word can name one.
         if !body.contains(r#""proposal""#) {
-            return Ok(Applying::Document(body));
+            return Applying::with_source(body);
         }
         // A body that is no JSON object is the planner's to refuse, with its problems.
-        let Ok(Value::Object(members)) = parse_body(body.as_bytes()) else { return Ok(Applying::Document(body)) };
+        let Ok(Value::Object(members)) = parse_body(body.as_bytes()) else { return Ok(document()) };
         if !members.contains_key("proposal") {
-            return Ok(Applying::Document(body));
+            return Applying::with_source(body);
         }
         let mut input = Input::new(Value::Object(members))?;
         let number = input.count("proposal", true).map_or(0, |number| i64::try_from(number).unwrap_or(i64::MAX));
@@ -84,17 +88,57 @@ impl<'a> Applying<'a> {
                 input.problem(field, "a proposal's apply takes its document, prune and plan hash from the proposal");
             }
         }
+        if input.take_optional("source").is_some() {
+            input.problem("source", "a proposal's apply records the proposal's source, the one its reviewers saw");
+        }
         input.finish()?;
         let overrides = overrides.map(|overrides| serde_json::value::to_raw_value(&overrides)).transpose();
         Ok(Applying::Proposal { number, overrides: overrides.map_err(ApiError::internal)? })
+    }
+
+    /// A document's apply whose request may hold a `source`: taken out and checked here
+    /// (`INVALID_ARGUMENT` at its paths when it is wrong, before anything is planned),
+    /// the other members left as they came, in their order, for the planner.
+    fn with_source(body: &'a str) -> Result<Applying<'a>, ApiError> {
+        let document = || Applying::Document { request: Cow::Borrowed(body), source: None };
+        // Only a request that holds the word can name one.
+        if !body.contains(r#""source""#) {
+            return Ok(document());
+        }
+        // A body that is no JSON object, or names a member twice, is the planner's to refuse.
+        let Ok(members) = input::members(body) else { return Ok(document()) };
+        let Some(position) = members.iter().position(|(name, _)| name == "source") else { return Ok(document()) };
+        let mut input = Input::new(parse_body(format!(r#"{{"source":{}}}"#, members[position].1.get()).as_bytes())?)?;
+        let source = plan_source::take(&mut input);
+        input.finish()?;
+        let mut request = String::with_capacity(body.len());
+        for (index, (name, value)) in members.iter().enumerate() {
+            if index == position {
+                continue;
+            }
+            request.push(if request.is_empty() { '{' } else { ',' });
+            request.push_str(&json!(name).to_string());
+            request.push(':');
+            request.push_str(value.get());
+        }
+        request.push_str(if request.is_empty() { "{}" } else { "}" });
+        Ok(Applying::Document { request: Cow::Owned(request), source })
+    }
+
+    /// The source the apply records on the revision it makes, if the request gave one.
+    fn source(&self) -> Option<&str> {
+        match self {
+            Applying::Document { source, .. } => source.as_deref(),
+            Applying::Proposal { .. } | Applying::Heal { .. } => None,
+        }
     }
 
     /// The gate a direct apply passes when the deployment or a policy wants approval
     /// first; a proposal was approved, and a heal restores what was applied.
     fn gate(&self, planning: &Planning) -> ApprovalGate {
         match self {
-            Applying::Document(_) if planning.require_approval => ApprovalGate::EveryChange,
-            Applying::Document(_) => ApprovalGate::Verdicts,
+            Applying::Document { .. } if planning.require_approval => ApprovalGate::EveryChange,
+            Applying::Document { .. } => ApprovalGate::Verdicts,
             Applying::Proposal { .. } | Applying::Heal { .. } => ApprovalGate::None,
         }
     }
@@ -185,7 +229,7 @@ fn pass_gate<'a>(
     applying: &'a Applying,
 ) -> Result<Option<Gated<'a>>, ApiError> {
     match applying {
-        Applying::Document(body) => Ok(Some(Gated { request: Cow::Borrowed(body), proposal: None })),
+        Applying::Document { request, .. } => Ok(Some(Gated { request: Cow::Borrowed(request), proposal: None })),
         Applying::Proposal { number, overrides } => {
             let proposal = proposals::approved(db, &caller.tenant, *number)?;
             authorize_calls(&proposal.plan, caller, methods)?;
@@ -262,13 +306,15 @@ fn record(
         (Applying::Heal { heal, .. }, _) => record_heal(planning, db, caller, &answer, heal)?,
         (_, Some(proposal)) => {
             let document: &RawValue = serde_json::from_str(&proposal.document).map_err(ApiError::internal)?;
-            let applied = Recorded { document, prune: proposal.prune(), heal: false, rollback_of: None };
+            let source = proposal.source().map(str::to_owned);
+            let applied = Recorded { document, prune: proposal.prune(), heal: false, rollback_of: None, source };
             let revision = record_apply(planning, db, caller, &applied, &answer, Some(proposal.number()))?;
             proposals::mark_applied(db, caller, proposal, revision)?;
         }
         (_, None) => {
             // The planner accepted the request, so it is a JSON object with a document.
-            let applied: Recorded = serde_json::from_str(&gated.request).map_err(ApiError::internal)?;
+            let mut applied: Recorded = serde_json::from_str(&gated.request).map_err(ApiError::internal)?;
+            applied.source = applying.source().map(str::to_owned);
             record_apply(planning, db, caller, &applied, &answer, None)?;
         }
     }
@@ -389,6 +435,10 @@ struct Recorded<'a> {
     /// A count, `3.0` too, as the planner read it.
     #[serde(rename = "rollbackOf", default)]
     rollback_of: Option<serde_json::Number>,
+    /// Where the document came from (SPEC §20.2), as JSON text: the request's (which the
+    /// planner never sees) or the proposal's.
+    #[serde(skip)]
+    source: Option<String>,
 }
 
 /// Inside apply's transaction: the names of created objects, the applied document as
@@ -471,9 +521,11 @@ fn record_revision(
             .as_ref()
             .and_then(fleet_guest::json::count_of_number)
             .and_then(|n| i64::try_from(n).ok()),
+        source: request.source.as_deref(),
     };
     let revision = history::keep(db, &caller.tenant, &kept, planning.retention)?;
-    publish_applied(db, caller, applied, revision, proposal, "fleet.apply")?;
+    let how = How { proposal, source: request.source.as_deref(), via: "fleet.apply" };
+    publish_applied(db, caller, applied, revision, &how)?;
     db.execute(
         "INSERT INTO fleet_applied
            (tenant, document, prune, plan_hash, applied_by, applied_at, calls, checked_at, revision, heal_token)
@@ -558,24 +610,101 @@ fn record_heal(
     events::publish(db, &caller.tenant, events::DRIFTED, heal.drifted)?;
     let data = json!({ "revision": heal.revision, "planHash": plan.plan_hash, "calls": applied.applied });
     events::publish(db, &caller.tenant, events::HEALED, &data)?;
-    publish_applied(db, caller, applied, heal.revision, None, "fleet.heal")
+    // The revision a heal restores is always kept: the applied one is never pruned.
+    let source = db.query_opt(
+        "SELECT source FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2",
+        params![&caller.tenant, heal.revision],
+        |row| row.get::<Option<String>>(0),
+    )?;
+    let source = source.flatten();
+    let how = How { proposal: None, source: source.as_deref(), via: "fleet.heal" };
+    publish_applied(db, caller, applied, heal.revision, &how)
 }
 
-/// `fleet.applied` (SPEC §18), which every apply, heal and proposal apply publishes:
-/// the revision it made (or a heal restored) and how.
+/// How the revision `fleet.applied` tells of came to be: the proposal applied, where its
+/// document came from, and whether an apply or a heal made it.
+struct How<'a> {
+    proposal: Option<i64>,
+    /// JSON text, as kept on the revision.
+    source: Option<&'a str>,
+    via: &'a str,
+}
+
+/// `fleet.applied` (SPEC §18, §20.2), which every apply, heal and proposal apply
+/// publishes: the revision it made (or a heal restored) and how.
 fn publish_applied(
     db: &Conn,
     caller: &Caller,
     applied: &ApplyAnswer,
     revision: i64,
-    proposal: Option<i64>,
-    via: &str,
+    how: &How,
 ) -> Result<(), ApiError> {
     let mut data = json!({"revision": revision, "planHash": applied.plan.plan_hash, "principal": caller.principal,
-                          "calls": applied.applied, "overrides": applied.overrides_json(), "via": via});
-    if let Some(proposal) = proposal {
+                          "calls": applied.applied, "overrides": applied.overrides_json(), "via": how.via});
+    if let Some(proposal) = how.proposal {
         data["proposal"] = json!(proposal);
+    }
+    if let Some(source) = how.source {
+        data["source"] = serde_json::from_str(source).map_err(ApiError::internal)?;
     }
     events::publish(db, &caller.tenant, events::APPLIED, &data)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The planner's request, and the source kept, of a document's apply `body`.
+    fn read(body: &str) -> Result<(String, Option<Value>), ApiError> {
+        match Applying::read(body)? {
+            Applying::Document { request, source } => {
+                Ok((request.into_owned(), source.map(|source| serde_json::from_str(&source).unwrap())))
+            }
+            Applying::Proposal { .. } | Applying::Heal { .. } => panic!("not a document's apply: {body}"),
+        }
+    }
+
+    fn paths(error: &ApiError) -> Vec<String> {
+        let problems = error.details.as_ref().and_then(|details| details["problems"].as_array()).expect("problems");
+        problems.iter().map(|problem| problem["path"].as_str().unwrap().to_owned()).collect()
+    }
+
+    #[test]
+    fn the_source_never_reaches_the_planner() {
+        let source = r#"{"repo": "https://git.example.com/acme/infra", "commit": "abcdef0"}"#;
+        let document = r#"{"sites": {"lab": {"region": "r", "labels": {"source": "git"}}}}"#;
+        let body = format!(r#"{{"prune": true, "source": {source}, "document": {document}, "heal": false}}"#);
+        let (request, kept) = read(&body).unwrap();
+        assert_eq!(request, format!(r#"{{"prune":true,"document":{document},"heal":false}}"#));
+        assert_eq!(kept, Some(serde_json::from_str::<Value>(source).unwrap()));
+        assert_eq!(read(&format!(r#"{{"source": {source}}}"#)).unwrap().0, "{}");
+
+        // Without a source, the request goes to the planner as it came, whatever it holds.
+        for body in
+            [format!(r#"{{"document": {document}}}"#), r#"{"document": {}, "document": {}, "source": 1}"#.into()]
+        {
+            assert_eq!(read(&body).unwrap(), (body.clone(), None));
+        }
+    }
+
+    #[test]
+    fn a_bad_source_is_refused_before_anything_is_planned() {
+        let body = r#"{"document": {}, "source": {"repo": "https://u:p@h/r", "commit": "abc", "x": 1}}"#;
+        let error = read(body).expect_err("a bad source");
+        assert_eq!(error.code, Code::InvalidArgument);
+        assert_eq!(paths(&error), ["/source/repo", "/source/commit", "/source/x"]);
+        let error =
+            read(r#"{"document": {}, "source": {"repo": "https://h/r", "commit": "abcdef0", "ref": "\u0007"}}"#)
+                .expect_err("a control character");
+        assert_eq!(paths(&error), ["/source/ref"]);
+    }
+
+    #[test]
+    fn a_proposals_apply_takes_the_proposals_source() {
+        let body = r#"{"proposal": 1, "source": {"repo": "https://h/r", "commit": "abcdef0"}}"#;
+        let error = Applying::read(body).err().expect("a source beside a proposal");
+        assert_eq!(paths(&error), ["/source"]);
+        assert!(Applying::read(r#"{"proposal": 1}"#).unwrap().source().is_none());
+    }
 }

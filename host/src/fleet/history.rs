@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::plan_source;
 use crate::api::ApiError;
 use crate::calls::context::Ctx;
 use crate::calls::input::{Input, MAX_COUNT, Page};
@@ -25,7 +26,7 @@ pub fn register(registry: &mut Registry) {
         Method::new("fleet", "history", MethodKind::Read, handler(history))
             .permission("compute:fleet:admin", "compute-fleet")
             .phase("v0.3")
-            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag and the overrides of its policies and the proposal it applied. `after` pages on to older ones; `oldest` is the oldest kept.")
+            .summary("The tenant's revisions, newest first: each apply's plan hash, applier, time, calls, prune flag, the overrides of its policies, the proposal it applied and where its document came from. `after` pages on to older ones; `oldest` is the oldest kept.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": paging}),
                 json!({"type": "object", "required": ["revisions"], "properties": {
@@ -61,7 +62,8 @@ fn revision_schema(whole: bool) -> Value {
                 "required": ["policy", "reason"],
                 "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}},
             "proposal": {"type": "integer", "minimum": 1, "description": "The proposal this apply applied."},
-            "rollbackOf": {"type": "integer", "minimum": 1, "description": "The revision whose document this apply put back (fleet rollback)."}}});
+            "rollbackOf": {"type": "integer", "minimum": 1, "description": "The revision whose document this apply put back (fleet rollback)."},
+            "source": plan_source::schema()}});
     if let Some(required) = schema["required"].as_array_mut() {
         required.push(json!("overrides"));
         if whole {
@@ -88,6 +90,8 @@ pub struct Kept<'a> {
     pub proposal: Option<i64>,
     /// The revision whose document it put back, for a rollback.
     pub rollback_of: Option<i64>,
+    /// Where the document came from (SPEC §20.2), as JSON text.
+    pub source: Option<&'a str>,
 }
 
 /// Which revisions a deployment keeps (`serve --keep-revisions`, `--revisions-max-age`);
@@ -113,8 +117,9 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept, retention: Retention) -> Resul
     let revision = last + 1;
     db.execute(
         "INSERT INTO fleet_revisions
-           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides, proposal, rollback_of)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+           (tenant, revision, document, prune, plan_hash, applied_by, applied_at, calls, overrides, proposal, rollback_of,
+            source)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             tenant,
             revision,
@@ -127,6 +132,7 @@ pub fn keep(db: &Conn, tenant: &str, kept: &Kept, retention: Retention) -> Resul
             kept.overrides,
             kept.proposal,
             kept.rollback_of,
+            kept.source,
         ],
     )?;
     prune(db, tenant, revision, retention)?;
@@ -160,8 +166,10 @@ fn oldest(db: &Conn, tenant: &str) -> Result<Option<i64>, ApiError> {
 }
 
 /// The columns history lists, as the answer's members: a revision's overrides say who
-/// let which mandatory policy's denials through, and why (SPEC §14).
-const LISTED: &str = "revision, plan_hash, applied_by, applied_at, calls, prune, overrides, proposal, rollback_of";
+/// let which mandatory policy's denials through, and why (SPEC §14); its source, where
+/// its document came from (§20.2).
+const LISTED: &str =
+    "revision, plan_hash, applied_by, applied_at, calls, prune, overrides, proposal, rollback_of, source";
 
 fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     let mut revision = Map::new();
@@ -178,6 +186,10 @@ fn listed(row: &db::Row) -> Result<Map<String, Value>, db::Error> {
     }
     if let Some(rollback_of) = row.get::<Option<i64>>(8)? {
         revision.insert("rollbackOf".into(), json!(rollback_of));
+    }
+    if let Some(source) = row.get::<Option<String>>(9)? {
+        let source: Value = serde_json::from_str(&source).map_err(|error| db::decode(9, error))?;
+        revision.insert("source".into(), source);
     }
     Ok(revision)
 }
@@ -218,7 +230,7 @@ fn revision(ctx: &Ctx, body: Value) -> Result<String, ApiError> {
     let found = ctx.db.query_opt(
         &format!("SELECT {LISTED}, document FROM fleet_revisions WHERE tenant = ?1 AND revision = ?2"),
         params![&ctx.caller.tenant, i64::try_from(number).unwrap_or(i64::MAX)],
-        |row| Ok((listed(row)?, row.get::<String>(9)?)),
+        |row| Ok((listed(row)?, row.get::<String>(10)?)),
     )?;
     let Some((revision, document)) = found else {
         return Err(ApiError::not_found(match oldest(ctx.db, &ctx.caller.tenant)? {

@@ -12,6 +12,7 @@ pub mod bindings;
 pub mod drift;
 pub mod files;
 pub mod history;
+mod plan_source;
 mod planning;
 mod preview;
 mod proposals;

@@ -7,6 +7,7 @@ use fleet_guest::json::MAX_COUNT;
 use fleet_guest::kinds::FieldType;
 use serde_json::{Map, Value, json};
 
+use super::plan_source;
 use crate::calls::schema::{field_schema, text_schema};
 
 /// The FleetConfig document of SPEC §5, from the kinds' descriptors: references are
@@ -59,6 +60,7 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
             "description": "Restore this revision whenever fleet.drift finds drift, with this token's authority."});
         schema["properties"]["rollbackOf"] = json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT,
             "description": "The revision whose document this is, put back (fleet rollback): kept on the revision the apply makes."});
+        schema["properties"]["source"] = plan_source::schema();
         schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
             "additionalProperties": false, "required": ["policy", "reason"], "properties": {
                 "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
@@ -70,7 +72,7 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
         if let Some(members) = schema.as_object_mut() {
             members.remove("required");
         }
-        let planned_here: Vec<Value> = ["document", "prune", "planHash", "heal", "rollbackOf"]
+        let planned_here: Vec<Value> = ["document", "prune", "planHash", "heal", "rollbackOf", "source"]
             .iter()
             .map(|name| json!({"required": [name]}))
             .collect();
@@ -182,6 +184,7 @@ pub(super) fn status_schemas() -> (Value, Value) {
             "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
             "appliedAt": {"type": "string", "format": "date-time"},
             "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"},
+            "source": plan_source::schema(),
             "lastHeal": {"type": "object", "required": ["at", "calls"], "description": "The last time fleet.drift healed this revision.",
                 "properties": {"at": {"type": "string", "format": "date-time"}, "calls": {"type": "integer", "minimum": 0}}}}},
         "drift": {"type": "object", "properties": {

@@ -47,7 +47,9 @@ fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
     let mut output = Map::new();
     let applied = db.query_opt(
         "SELECT plan_hash, applied_by, applied_at, calls, prune, coalesce(checked_at, applied_at), revision,
-           heal_token IS NOT NULL, healed_at, healed_calls
+           heal_token IS NOT NULL, healed_at, healed_calls,
+           (SELECT source FROM fleet_revisions
+             WHERE fleet_revisions.tenant = fleet_applied.tenant AND fleet_revisions.revision = fleet_applied.revision)
          FROM fleet_applied WHERE tenant = ?1",
         params![tenant],
         |row| {
@@ -63,6 +65,10 @@ fn recorded_status(db: &Conn, tenant: &str) -> Result<Value, ApiError> {
             // The last time fleet.drift healed this revision, and with how many calls.
             if let Some(at) = row.get::<Option<String>>(8)? {
                 applied["lastHeal"] = json!({"at": at, "calls": row.get::<Option<i64>>(9)?.unwrap_or_default()});
+            }
+            // Where the applied revision's document came from (SPEC §20.2).
+            if let Some(source) = row.get::<Option<String>>(10)? {
+                applied["source"] = serde_json::from_str(&source).map_err(|error| db::decode(10, error))?;
             }
             Ok((applied, row.get::<String>(5)?))
         },

@@ -1,12 +1,13 @@
-//! `fleet history`, `fleet revision`, `fleet diff` (SPEC §15); `fleet rollback` is an
-//! apply of a revision's document (`client::apply` with `ApplySource::Revision`).
+//! `fleet history`, `fleet revision`, `fleet diff` (SPEC §15), with where each revision's
+//! document came from (§20.2); `fleet rollback` is an apply of a revision's document
+//! (`client::apply` with `ApplySource::Revision`).
 
 use std::path::Path;
 
 use anstream::{eprintln, print, println};
 use serde_json::{Map, Value, json};
 
-use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, print_json, printable};
+use crate::client::{self, CliError, Client, EXIT_CHANGES, EXIT_OK, escape_controls, print_json, printable};
 use crate::render::{change_lines, plural, shown};
 
 pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
@@ -24,6 +25,10 @@ pub fn history(client: &Client, limit: u64, raw: bool) -> Result<u8, CliError> {
         let proposal = revision["proposal"].as_u64().map(|number| format!(", proposal #{number}")).unwrap_or_default();
         let proposal = match revision["rollbackOf"].as_u64() {
             Some(number) => format!("{proposal}, rollback of {number}"),
+            None => proposal,
+        };
+        let proposal = match short_commit(&revision["source"]) {
+            Some(commit) => format!("{proposal}, commit {commit}"),
             None => proposal,
         };
         println!(
@@ -68,8 +73,9 @@ pub fn revision(client: &Client, number: u64, output: Option<&Path>) -> Result<u
     match output {
         Some(path) => {
             client::write_document(path, document)?;
+            let source = source_line(&revision["source"]).map(|source| format!(", from {source}")).unwrap_or_default();
             eprintln!(
-                "Wrote revision {number} (applied {} by {}) to {}.",
+                "Wrote revision {number} (applied {} by {}{source}) to {}.",
                 printable(&revision["appliedAt"]),
                 printable(&revision["appliedBy"]),
                 path.display()
@@ -78,6 +84,22 @@ pub fn revision(client: &Client, number: u64, output: Option<&Path>) -> Result<u
         None => print_json(document)?,
     }
     Ok(EXIT_OK)
+}
+
+/// A source's commit as people name it: its first 7 characters.
+pub fn short_commit(source: &Value) -> Option<String> {
+    let commit = source["commit"].as_str()?;
+    Some(escape_controls(commit.get(..7).unwrap_or(commit)))
+}
+
+/// Where a revision's or a proposal's document came from (SPEC §20.2), for people:
+/// `https://github.com/acme/infra @ 1a2b3c4 (refs/heads/main, fleet/)`.
+pub fn source_line(source: &Value) -> Option<String> {
+    let commit = short_commit(source)?;
+    let whence: Vec<String> =
+        ["ref", "path"].iter().filter_map(|member| source[member].as_str()).map(escape_controls).collect();
+    let whence = if whence.is_empty() { String::new() } else { format!(" ({})", whence.join(", ")) };
+    Some(format!("{} @ {commit}{whence}", printable(&source["repo"])))
 }
 
 /// What changed from revision `from` to revision `to`, by kind and key, worded as a

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::client::{CliError, Client, EXIT_OK, print_json, printable};
 use crate::commands::read_fleet_config;
+use crate::history::{short_commit, source_line};
 use crate::render::{Shown, plural, render_plan};
 
 /// Proposes a document: prints its plan and the proposal's number.
@@ -51,7 +52,8 @@ pub fn list(client: &Client, state: Option<&str>, limit: u64, raw: bool) -> Resu
         println!("No proposals{}.", state.map(|state| format!(" are {state}")).unwrap_or_default());
     }
     for proposal in proposals {
-        println!("{}", headline(proposal));
+        let commit = short_commit(&proposal["source"]).map(|commit| format!(", commit {commit}")).unwrap_or_default();
+        println!("{}{commit}", headline(proposal));
     }
     Ok(EXIT_OK)
 }
@@ -66,6 +68,9 @@ pub fn show(client: &Client, number: u64, raw: bool) -> Result<u8, CliError> {
     print!("{}", render_plan(&whole["plan"], Shown::Proposed));
     println!();
     println!("{}", headline(&whole["proposal"]));
+    if let Some(source) = source_line(&whole["proposal"]["source"]) {
+        println!("From {source}");
+    }
     reviews(&whole["proposal"]);
     Ok(EXIT_OK)
 }

@@ -221,6 +221,19 @@ pub fn render_status(status: &Value) -> String {
         applied["revision"].as_u64().unwrap_or_default(),
         if applied["heal"] == true { ", which fleet.drift heals" } else { "" },
     ));
+    // Where the applied document came from (SPEC §20.2): the repository, the commit's
+    // first 7 characters, and the ref and path when they were given.
+    if let Some(commit) = applied["source"]["commit"].as_str() {
+        let source = &applied["source"];
+        let whence: Vec<String> =
+            ["ref", "path"].iter().filter_map(|member| source[member].as_str()).map(escape_controls).collect();
+        let whence = if whence.is_empty() { String::new() } else { format!(" ({})", whence.join(", ")) };
+        out.push_str(&format!(
+            "From {} @ {}{whence}.\n",
+            printable(&source["repo"]),
+            escape_controls(commit.get(..7).unwrap_or(commit))
+        ));
+    }
     if let Some(heal) = applied.get("lastHeal") {
         out.push_str(&format!(
             "Last healed at {} ({}): fleet.drift put back what had drifted.\n",

@@ -15,24 +15,27 @@ use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call};
 use crate::db::{self, Tx, params};
 use crate::events;
+use crate::fleet::plan_source;
 use crate::fleet::planning::Planning;
 use crate::fleet::request::PlannerRequest;
 use crate::planner::{Entry, Session};
 
 // ---- create ---------------------------------------------------------------------------
 
-/// `{"document", "prune"?, "title"?}`, the document left as text for the planner, which
-/// reports its problems.
+/// `{"document", "prune"?, "title"?, "source"?}`, the document left as text for the
+/// planner, which reports its problems; the source never reaches it.
 struct CreateRequest<'a> {
     document: Option<&'a RawValue>,
     prune: bool,
     title: String,
+    /// As JSON text.
+    source: Option<String>,
 }
 
 impl<'a> CreateRequest<'a> {
     fn read(body: &'a str) -> Result<CreateRequest<'a>, ApiError> {
         let members = input::members(body)?;
-        let mut request = CreateRequest { document: None, prune: false, title: String::new() };
+        let mut request = CreateRequest { document: None, prune: false, title: String::new(), source: None };
         // The members but the document, read together, so that a problem's path names
         // its member.
         let mut rest = Vec::new();
@@ -48,6 +51,7 @@ impl<'a> CreateRequest<'a> {
         if request.title.chars().count() > MAX_TITLE {
             input.problem("title", format!("must be at most {MAX_TITLE} characters"));
         }
+        request.source = plan_source::take(&mut input);
         if request.document.is_none() {
             input.problem("document", "is required");
         }
@@ -125,12 +129,13 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
             summary: planned.summary.to_string(),
             approved,
             revision: None,
+            source: request.source,
             reviews: Vec::new(),
         };
         db.execute(
             "INSERT INTO proposals (tenant, number, title, state, author, created_at, plan_hash, prune, summary,
-                                    document, plan, approved)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                                    document, plan, approved, source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 &caller.tenant,
                 number,
@@ -144,6 +149,7 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
                 document,
                 &reviewed,
                 approved,
+                stored.source.as_deref(),
             ],
         )?;
         let ctx = Ctx { caller: &caller, db: &db, via: Via::Api };

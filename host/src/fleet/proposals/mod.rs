@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 mod judged;
 
+use super::plan_source;
 use super::planning::Planning;
 use super::schema::{fleet_config_schema, review_schema};
 
@@ -54,11 +55,12 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
         Method::planner("proposals", "create", MethodKind::Mutation, composite(judged::create))
             .permission("compute:proposals:write", "compute-proposals")
             .phase("v0.4")
-            .summary("Plans a FleetConfig document now, as the caller, and keeps the document, its plan and plan hash as the tenant's next proposal, to be reviewed by others and applied exactly as planned.")
+            .summary("Plans a FleetConfig document now, as the caller, and keeps the document, its plan and plan hash (and where the document came from) as the tenant's next proposal, to be reviewed by others and applied exactly as planned.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
                     "document": fleet_config_schema(&planning.modules.catalog), "prune": {"type": "boolean", "default": false},
-                    "title": {"type": "string", "maxLength": MAX_TITLE, "pattern": TEXT_PATTERN}}}),
+                    "title": {"type": "string", "maxLength": MAX_TITLE, "pattern": TEXT_PATTERN},
+                    "source": plan_source::schema()}}),
                 answer.clone(),
             ),
     );
@@ -118,7 +120,8 @@ fn proposal_schema() -> Value {
             "createdAt": {"type": "string", "format": "date-time"},
             "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, "prune": {"type": "boolean"},
             "summary": {"type": "object"}, "reviews": {"type": "array", "items": review_schema()},
-            "approved": {"type": "boolean"}, "revision": {"type": "integer", "minimum": 1}}})
+            "approved": {"type": "boolean"}, "revision": {"type": "integer", "minimum": 1},
+            "source": plan_source::schema()}})
 }
 
 /// A proposal as it is stored, its reviews with it.
@@ -133,6 +136,8 @@ struct Stored {
     summary: String,
     approved: bool,
     revision: Option<i64>,
+    /// Where its document came from (SPEC §20.2), as JSON text.
+    source: Option<String>,
     reviews: Vec<Review>,
 }
 
@@ -145,7 +150,7 @@ struct Review {
     at: String,
 }
 
-const COLUMNS: &str = "number, title, state, author, created_at, plan_hash, prune, summary, approved, revision";
+const COLUMNS: &str = "number, title, state, author, created_at, plan_hash, prune, summary, approved, revision, source";
 
 fn stored_row(row: &db::Row) -> Result<Stored, db::Error> {
     Ok(Stored {
@@ -159,6 +164,7 @@ fn stored_row(row: &db::Row) -> Result<Stored, db::Error> {
         summary: row.get(7)?,
         approved: row.get(8)?,
         revision: row.get(9)?,
+        source: row.get(10)?,
         reviews: Vec::new(),
     })
 }
@@ -173,6 +179,9 @@ impl Stored {
         });
         if let Some(revision) = self.revision {
             proposal["revision"] = json!(revision);
+        }
+        if let Some(source) = &self.source {
+            proposal["source"] = serde_json::from_str(source).map_err(ApiError::internal)?;
         }
         Ok(proposal)
     }
@@ -242,6 +251,11 @@ impl Approved {
     pub fn plan_hash(&self) -> &str {
         &self.stored.plan_hash
     }
+
+    /// Where its document came from, as JSON text: what its apply records.
+    pub fn source(&self) -> Option<&str> {
+        self.stored.source.as_deref()
+    }
 }
 
 /// Inside the apply's transaction: proposal `number`, when it is open and approved;
@@ -250,7 +264,7 @@ pub(in crate::fleet) fn approved(db: &Conn, tenant: &str, number: i64) -> Result
     let found = db.query_opt(
         &format!("SELECT {COLUMNS}, document, plan FROM proposals WHERE tenant = ?1 AND number = ?2"),
         params![tenant, number],
-        |row| Ok(Approved { stored: stored_row(row)?, document: row.get(10)?, plan: row.get(11)? }),
+        |row| Ok(Approved { stored: stored_row(row)?, document: row.get(11)?, plan: row.get(12)? }),
     )?;
     let approved = found.ok_or_else(|| ApiError::not_found(format!("this tenant has no proposal {number}")))?;
     approved.stored.must_be_open("applied")?;
