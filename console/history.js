@@ -1,11 +1,12 @@
-// The History view (SPEC §15): the tenant's revisions, newest first, the difference
-// between any two (as `fleet diff` words it), and rollback: a revision's document planned
-// in the Plan view, applied there on confirmation like any other plan.
+// The History view (SPEC §15): the tenant's revisions, newest first (each with where its
+// document came from, §20.2), the difference between any two (as `fleet diff` words it),
+// and rollback: a revision's document planned in the Plan view, applied there on
+// confirmation like any other plan.
 
 import { $, element, own, plural, shortHash, show, when } from './dom.js';
 import { SignedOut, api, explain, tenant } from './session.js';
 import { planDocument } from './plan.js';
-import { changeRows } from './render.js';
+import { changeRows, sourceOf } from './render.js';
 
 /** Revisions read per page. */
 const PAGE = 50;
@@ -56,12 +57,13 @@ async function more(shown = listed) {
       element('td', {}, revision.prune ? 'yes' : 'no'),
       element('td', {}, overrides(revision)),
       element('td', {}, element('code', { title: revision.planHash }, shortHash(revision.planHash))),
+      element('td', { class: 'source' }, sourceOf(revision.source)),
       element('td', {}, rollback));
   });
   $('revisions').replaceChildren(listed.length
     ? element('table', { class: 'grid', id: 'revision-table' },
       element('caption', {}, 'Revisions, newest first'),
-      element('thead', {}, element('tr', {}, ['Revision', 'Applied at', 'By', 'Calls', 'Prune', 'Overrides', 'Plan hash', 'Rollback']
+      element('thead', {}, element('tr', {}, ['Revision', 'Applied at', 'By', 'Calls', 'Prune', 'Overrides', 'Plan hash', 'Source', 'Rollback']
         .map((header) => element('th', { scope: 'col' }, header)))),
       element('tbody', {}, rows))
     : element('p', { class: 'muted' }, 'No revisions: nothing was applied yet.'));

@@ -1,12 +1,13 @@
 // The Proposals view (SPEC §17): the tenant's proposals, newest first; one proposal's
-// plan exactly as it was made, its reviews, and whether it is approved (as the server
-// recorded it, and why, as the planner in this page judges it); a review with a
-// comment; apply for an approved proposal; withdraw for its author.
+// plan exactly as it was made, where its document came from (§20.2), its reviews, and
+// whether it is approved (as the server recorded it, and why, as the planner in this
+// page judges it); a review with a comment; apply for an approved proposal; withdraw
+// for its author.
 
 import { $, element, plural, shortHash, when } from './dom.js';
 import { ApiFailure, SignedOut, api, explain, tenant } from './session.js';
 import { judgeProposal } from './plan.js';
-import { changeRows, renderVerdicts } from './render.js';
+import { changeRows, renderVerdicts, sourceOf } from './render.js';
 
 /** Counts reads of the view: an answer for an older read is dropped. */
 let reads = 0;
@@ -42,12 +43,13 @@ export async function renderProposals(number) {
     element('td', {}, when(proposal.createdAt)),
     element('td', {}, plural(proposal.reviews.length, 'review')),
     element('td', {}, proposal.state === 'open' ? (proposal.approved ? 'approved' : 'waiting') : '—'),
-    element('td', {}, element('code', { title: proposal.planHash }, shortHash(proposal.planHash)))));
+    element('td', {}, element('code', { title: proposal.planHash }, shortHash(proposal.planHash))),
+    element('td', { class: 'source' }, sourceOf(proposal.source))));
   $('proposal-list').replaceChildren(rows.length
     ? element('div', { class: 'scroll', tabindex: '0', role: 'region', 'aria-label': 'Proposals' },
       element('table', { class: 'grid', id: 'proposal-table' },
         element('caption', {}, 'Proposals, newest first'),
-        element('thead', {}, element('tr', {}, ['Proposal', 'Title', 'State', 'Author', 'Proposed at', 'Reviews', 'Approval', 'Plan hash']
+        element('thead', {}, element('tr', {}, ['Proposal', 'Title', 'State', 'Author', 'Proposed at', 'Reviews', 'Approval', 'Plan hash', 'Source']
           .map((header) => element('th', { scope: 'col' }, header)))),
         element('tbody', {}, rows)))
     : element('p', { class: 'muted' }, state ? `No ${state} proposals.` : 'No proposals yet: the Plan view proposes one.'));
@@ -85,6 +87,7 @@ async function showProposal(number, mine) {
     element('div', { class: 'changes' }, changeRows(plan.changes, tenant.snapshot?.modules ?? [])),
     verdicts,
     element('p', { class: 'hash' }, 'plan hash ', element('code', {}, proposal.planHash)),
+    proposal.source ? element('p', { class: 'hash', id: 'proposal-source' }, 'from ', sourceOf(proposal.source)) : null,
     element('h4', {}, 'Reviews'),
     proposal.reviews.length
       ? element('ul', { class: 'reviews' }, proposal.reviews.map((review) => element('li', { class: review.verdict },

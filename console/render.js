@@ -65,3 +65,21 @@ export function renderVerdicts(policy, box) {
   box.className = `verdicts${denials ? ' denied' : ''}`;
   box.append(element('h4', {}, heading), list);
 }
+
+/**
+ * Where a plan came from (SPEC §20.2): the repository and the commit's first 7
+ * characters, then the ref and the path when they were given; `—` for none. The commit
+ * links to `${repo}/commit/${commit}` only when the repository is an https URL: no href
+ * is ever built from anything else (an ssh address, a `javascript:` text).
+ */
+export function sourceOf(source) {
+  if (!source || typeof source.repo !== 'string' || typeof source.commit !== 'string') return '—';
+  const { repo, commit } = source;
+  const short = commit.slice(0, 7);
+  const linked = /^https:\/\/[^\s/?#@\\]+\/\S+$/.test(repo) && /^[0-9a-fA-F]+$/.test(commit);
+  const named = linked
+    ? element('a', { href: `${repo.replace(/\/$/, '')}/commit/${commit}`, rel: 'noopener noreferrer', title: commit }, short)
+    : element('code', { title: commit }, short);
+  const where = [source.ref, source.path].filter((part) => typeof part === 'string' && part !== '');
+  return element('span', { class: 'source' }, `${repo} @ `, named, where.length ? ` (${where.join(', ')})` : '');
+}

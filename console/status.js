@@ -3,6 +3,7 @@
 // audit trail); app.js re-renders it from the event stream.
 
 import { $, element, plural, shortHash, show, table, when } from './dom.js';
+import { sourceOf } from './render.js';
 
 /**
  * Renders `fleet.status` (SPEC §6.5, §15), with `events` (newest first) for when the
@@ -26,6 +27,7 @@ export function renderStatus(status, events) {
     element('dt', {}, 'Revision'), element('dd', { id: 'revision' }, String(revision)),
     element('dt', {}, 'Applied'), element('dd', {}, `${when(appliedAt)} by ${appliedBy} (${plural(calls, 'call')}${prune ? ', prune' : ''})`),
     element('dt', {}, 'Plan hash'), element('dd', {}, element('code', { title: planHash }, shortHash(planHash))),
+    status.applied.source ? [element('dt', {}, 'Source'), element('dd', { id: 'applied-source' }, sourceOf(status.applied.source))] : null,
     element('dt', {}, 'Self-heal'), element('dd', { id: 'heal' }, heal ? 'on: drift is applied away by the reconciler' : 'off'),
     element('dt', {}, 'Last check'), element('dd', {}, when(status.checkedAt)));
   const nodes = [state, facts];

@@ -1,7 +1,7 @@
 // The console end to end (SPEC §16), in headless Chromium against the real binary:
 // sign-in and sign-out, the estate with plugin kinds, filter, sort and an object's
 // audit history and drift, the status updated live from the event stream, history with
-// difference and rollback, proposals proposed, reviewed and applied, webhooks and their attempts, capacity per owner, no string ever run as markup, no serious
+// where each revision came from, difference and rollback, proposals proposed, reviewed and applied, webhooks and their attempts, capacity per owner, no string ever run as markup, no serious
 // accessibility violation (axe-core), and a 10,000-object estate. Screenshots of every
 // view go to target/artifacts/console-*.png (docs/console/ keeps a copy).
 
@@ -194,21 +194,39 @@ test('the status is live: a change through the API shows as drift, an apply as c
   assert.deepEqual(problems, []);
 });
 
+/** Where a document came from (SPEC §20.2): a GitHub repository's, every member given. */
+const FROM_GITHUB = { repo: 'https://github.com/acme/infra', commit: '3f786850e387550fdab836ed7e6dc881de23001b',
+  ref: 'refs/heads/main', path: 'fleet/estate.json' };
+/** A scp-like ssh address's, only what is required. */
+const FROM_SSH = { repo: 'git@gitlab.example.com:acme/infra.git', commit: '89e6c98d' };
+
 test('history: revisions, the difference between two, and a rollback planned first and applied on confirmation', async () => {
   const own = server.tenantWithToken('hist', 'hana');
-  await server.ok(own, 'fleet/apply', { document: estate() });
+  await server.ok(own, 'fleet/apply', { document: estate(), source: FROM_GITHUB });
   const changed = estate();
   changed.pools['gpu-a'].gpus = 80;
   changed.ownerQuotas['team-ml'].instances = 120;
   // Stated at its default now: the same document as the planner reads it, so no difference.
   changed.pools['cpu-a'].gpus = 0;
-  await server.ok(own, 'fleet/apply', { document: changed });
+  await server.ok(own, 'fleet/apply', { document: changed, source: FROM_SSH });
 
   const { page, problems } = await signIn(browser, server, own);
   await go(page, 'history');
   await page.locator('#revision-table tbody tr').nth(1).waitFor();
   const rows = await page.locator('#revision-table tbody tr th').allTextContents();
   assert.deepEqual(rows, ['2 (applied)', '1']);
+  // Where each came from: the repository and the short commit, linked only for https.
+  const sources = page.locator('#revision-table tbody td.source');
+  assert.deepEqual(await sources.allTextContents(), [
+    'git@gitlab.example.com:acme/infra.git @ 89e6c98',
+    'https://github.com/acme/infra @ 3f78685 (refs/heads/main, fleet/estate.json)',
+  ]);
+  assert.equal(await sources.nth(0).locator('a').count(), 0, 'an ssh address links nowhere');
+  assert.equal(await sources.nth(1).locator('a').getAttribute('href'), `https://github.com/acme/infra/commit/${FROM_GITHUB.commit}`);
+  await go(page, 'status');
+  await page.locator('#applied-source', { hasText: 'git@gitlab.example.com:acme/infra.git @ 89e6c98' }).waitFor();
+  await go(page, 'history');
+  await page.locator('#revision-table tbody tr').nth(1).waitFor();
   assert.equal(await page.locator('#from').inputValue(), '1');
   assert.equal(await page.locator('#to').inputValue(), '2');
   await page.click('#compare button[type=submit]');
@@ -286,7 +304,7 @@ test('a reviewer signs in with what its token holds: Proposals alone, and review
     .trim().split('\n').at(-1).trim();
   const changed = estate();
   changed.pools['gpu-a'].gpus = 72;
-  await server.ok(author, 'proposals/create', { document: changed, title: 'more GPUs' });
+  await server.ok(author, 'proposals/create', { document: changed, title: 'more GPUs', source: FROM_GITHUB });
 
   const page = await browser.newPage();
   await page.goto(`${server.base}/console`);
@@ -299,6 +317,12 @@ test('a reviewer signs in with what its token holds: Proposals alone, and review
   await page.goto(`${server.base}/console#proposals/1`);
   await page.locator('#proposal-title', { hasText: '#1 more GPUs' }).waitFor();
   assert.equal(await page.locator('#apply-proposal').count(), 0, 'applying needs fleet admin');
+  // Where the proposed document came from, in the list and with the proposal.
+  const whence = 'https://github.com/acme/infra @ 3f78685 (refs/heads/main, fleet/estate.json)';
+  assert.equal(await page.locator('#proposal-table tbody td.source').first().textContent(), whence);
+  assert.equal(await page.locator('#proposal-source').textContent(), `from ${whence}`);
+  assert.equal(await page.locator('#proposal-source a').getAttribute('href'),
+    `https://github.com/acme/infra/commit/${FROM_GITHUB.commit}`);
   // A comment box, a few lines tall, not the plan editor's.
   const box = await page.locator('#review-comment').boundingBox();
   assert.ok(box.height < 150, `the review box is ${box.height} px tall`);
@@ -381,7 +405,7 @@ test('no string reaches the DOM as markup: a planted <img onerror> stays text in
   const document = estate();
   document.sites.lab.description = planted;
   document.pools['gpu-a'].labels = { note: planted };
-  await server.ok(own, 'fleet/apply', { document });
+  await server.ok(own, 'fleet/apply', { document, source: { ...FROM_GITHUB, ref: planted, path: planted } });
   const site = (await server.ok(own, 'sites/list', {})).items.find((item) => item.region === 'eu-central-1');
   await server.ok(own, 'sites/update', { id: site.id, description: `${planted}<script>window.__pwned = 2</script>` });
 
