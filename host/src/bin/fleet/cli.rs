@@ -63,7 +63,8 @@ pub(crate) enum Command {
     Plan {
         #[command(flatten)]
         server: ServerArgs,
-        /// The FleetConfig document (JSON or YAML).
+        /// The FleetConfig document: a JSON or YAML file, or a directory whose
+        /// *.yaml, *.yml and *.json files are merged.
         file: PathBuf,
         /// Also remove what the document no longer lists.
         #[arg(long)]
@@ -71,15 +72,24 @@ pub(crate) enum Command {
         /// Save the plan (with its document) for `fleet apply --plan`.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Print the raw plan as JSON.
-        #[arg(long)]
+        /// How to show the plan: text for a terminal, the raw plan as JSON, or a
+        /// pull-request comment in GitHub-flavoured Markdown.
+        #[arg(long, value_enum, default_value_t = commands::PlanFormat::Text)]
+        format: commands::PlanFormat,
+        /// Write the plan as --format says to this file (e.g. "$GITHUB_STEP_SUMMARY")
+        /// and print only its summary line.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Print the raw plan as JSON: --format json.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
     },
     /// Applies a document, or exactly a saved plan. Shows the plan and asks first on a terminal.
     Apply {
         #[command(flatten)]
         server: ServerArgs,
-        /// The FleetConfig document (JSON or YAML); not with --plan or --proposal.
+        /// The FleetConfig document: a JSON or YAML file, or a directory whose *.yaml,
+        /// *.yml and *.json files are merged; not with --plan or --proposal.
         #[arg(required_unless_present_any = ["plan", "proposal"], conflicts_with_all = ["plan", "proposal"])]
         file: Option<PathBuf>,
         /// Also remove what the document no longer lists (delete, or archive pools).
@@ -92,7 +102,7 @@ pub(crate) enum Command {
         #[arg(long, conflicts_with = "proposal")]
         plan: Option<PathBuf>,
         /// An approved proposal: apply exactly its plan, or fail saying why.
-        #[arg(long, value_name = "N", conflicts_with_all = ["prune", "plan_hash", "heal"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["prune", "plan_hash", "heal", "source_repo"])]
         proposal: Option<u64>,
         /// Apply without asking. Without a terminal, apply refuses unless --yes or --plan.
         #[arg(long, short = 'y')]
@@ -105,6 +115,8 @@ pub(crate) enum Command {
         /// drift, with this token's authority. An apply without --heal turns it off.
         #[arg(long)]
         heal: bool,
+        #[command(flatten)]
+        source: SourceArgs,
         /// Print the result (the plan and the number of calls applied) as JSON.
         #[arg(long)]
         json: bool,
@@ -114,8 +126,11 @@ pub(crate) enum Command {
     Propose {
         #[command(flatten)]
         server: ServerArgs,
-        /// The FleetConfig document (JSON or YAML).
+        /// The FleetConfig document: a JSON or YAML file, or a directory whose *.yaml,
+        /// *.yml and *.json files are merged.
         file: PathBuf,
+        #[command(flatten)]
+        source: SourceArgs,
         /// Also remove what the document no longer lists.
         #[arg(long)]
         prune: bool,
@@ -292,6 +307,24 @@ impl Command {
                 | Command::Withdraw { .. }
         )
     }
+}
+
+/// Where the document came from, recorded on the revision or proposal (SPEC §20.2).
+/// Not given, in GitHub Actions or GitLab CI they are the job's repository and commit.
+#[derive(Args)]
+pub(crate) struct SourceArgs {
+    /// The repository the document came from: an https or ssh URL, without credentials.
+    #[arg(long, value_name = "URL", requires = "source_commit")]
+    pub(crate) source_repo: Option<String>,
+    /// The commit the document came from (7 to 64 hex digits).
+    #[arg(long, value_name = "SHA", requires = "source_repo")]
+    pub(crate) source_commit: Option<String>,
+    /// The branch or tag the commit was on.
+    #[arg(long, value_name = "REF", requires = "source_repo")]
+    pub(crate) source_ref: Option<String>,
+    /// The document's path in the repository [default: FILE's, in CI].
+    #[arg(long, value_name = "PATH", requires = "source_repo")]
+    pub(crate) source_path: Option<String>,
 }
 
 #[derive(Args)]

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 use crate::client::{
     CliError, Client, EXIT_BLOCKED, EXIT_CHANGES, EXIT_OK, is_yaml_path, print_json, printable, read_document,
-    read_saved_plan, write_document,
+    read_saved_plan, write_document, write_stdout,
 };
+use crate::markdown;
 use crate::render::{Shown, has, plural, render_plan, render_status, verdict_line};
 
 /// `fleet policy eval`: the verdicts `files` give on a plan saved by `fleet plan --out`,
@@ -128,25 +129,71 @@ fn plan_exit_code(plan: &Value) -> u8 {
     }
 }
 
-pub fn plan(client: &Client, file: &Path, prune: bool, out: Option<&Path>, raw: bool) -> Result<u8, CliError> {
+/// How `fleet plan` shows a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    /// Lines for a terminal, coloured there.
+    Text,
+    /// The raw plan.
+    Json,
+    /// A pull-request comment (GitHub-flavoured Markdown).
+    Markdown,
+}
+
+/// What `fleet plan` was asked for besides the document.
+pub struct PlanOptions<'a> {
+    pub prune: bool,
+    /// `--out`: save the plan, its document and state for `fleet apply --plan`.
+    pub out: Option<&'a Path>,
+    pub format: PlanFormat,
+    /// `--output`: write the rendering here and print only the summary line.
+    pub output: Option<&'a Path>,
+}
+
+pub fn plan(client: &Client, file: &Path, options: &PlanOptions) -> Result<u8, CliError> {
     let document = read_fleet_config(file)?;
+    let prune = options.prune;
     let plan = client.call("fleet/plan", &json!({"document": document, "prune": prune}))?;
-    if let Some(out) = out {
-        // The state it was planned on too, for `fleet policy eval` to judge offline.
-        let state = client.call("preview/snapshot", &json!({}))?;
+    // The state it was planned on too, for `fleet policy eval` to judge offline; and it
+    // names the tenant, which a comment's marker needs.
+    let state = match (options.out, options.format) {
+        (Some(_), _) | (_, PlanFormat::Markdown) => Some(client.call("preview/snapshot", &json!({}))?),
+        _ => None,
+    };
+    if let (Some(out), Some(state)) = (options.out, &state) {
         write_document(out, &json!({"document": document, "prune": prune, "plan": plan, "state": state}))?;
     }
-    if raw {
-        print_json(&plan)?;
-    } else {
-        print!("{}", render_plan(&plan, Shown::Planned));
-        if let Some(out) = out {
-            println!(
-                "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.",
-                out.display(),
-                out.display()
-            );
+    let rendering = match options.format {
+        PlanFormat::Json => {
+            serde_json::to_string_pretty(&plan).map_err(|error| CliError::Input(error.to_string()))? + "\n"
         }
+        PlanFormat::Text => {
+            let mut text = render_plan(&plan, Shown::Planned);
+            if let Some(out) = options.out {
+                text.push_str(&format!(
+                    "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.\n",
+                    out.display(),
+                    out.display()
+                ));
+            }
+            text
+        }
+        PlanFormat::Markdown => {
+            let tenant = state.as_ref().map(|state| printable(&state["caller"]["tenant"])).unwrap_or_default();
+            markdown::render(&plan, &markdown::Target { tenant: &tenant, server: &client.server() })
+        }
+    };
+    match options.output {
+        Some(output) => {
+            // A file gets no colours, whatever the terminal.
+            let rendering = anstream::adapter::strip_str(&rendering).to_string();
+            std::fs::write(output, rendering)
+                .map_err(|error| CliError::Input(format!("{}: {error}", output.display())))?;
+            let summary = markdown::headline(&plan).replacen("**fleet plan** — ", "", 1);
+            println!("fleet plan: {summary} (plan {}); written to {}.", printable(&plan["planHash"]), output.display());
+        }
+        None if options.format == PlanFormat::Text => print!("{rendering}"),
+        None => write_stdout(rendering.as_bytes()).map_err(|error| CliError::Transport(error.to_string()))?,
     }
     Ok(plan_exit_code(&plan))
 }
@@ -181,19 +228,21 @@ pub enum Confirm {
 }
 
 /// What an apply request carries besides its document and plan: `--override`,
-/// `--heal`, and the revision a rollback puts back.
+/// `--heal`, the revision a rollback puts back, and where the document came from.
 #[derive(Clone)]
 pub struct Extra {
     /// `[{"policy", "reason"}]`.
     pub overrides: Value,
     pub heal: bool,
     pub rollback_of: Option<u64>,
+    /// `{"repo", "commit", "ref"?, "path"?}` (`provenance::source`).
+    pub source: Option<Value>,
 }
 
 impl Extra {
     /// An apply's: overrides and heal, and what it rolls back to, if it does.
     pub fn new(overrides: Value, heal: bool) -> Extra {
-        Extra { overrides, heal, rollback_of: None }
+        Extra { overrides, heal, rollback_of: None, source: None }
     }
 
     fn overrides_any(&self) -> bool {
@@ -209,6 +258,9 @@ impl Extra {
         }
         if let Some(revision) = self.rollback_of {
             request["rollbackOf"] = json!(revision);
+        }
+        if let Some(source) = &self.source {
+            request["source"] = source.clone();
         }
     }
 }
@@ -245,7 +297,9 @@ pub fn apply(
         ApplySource::Revision { number, prune } => {
             let revision = client.call("fleet/revision", &json!({ "revision": number }))?;
             let (document, prune) = (revision["document"].clone(), *prune || revision["prune"] == true);
-            let extra = Extra { rollback_of: Some(*number), ..extra.clone() };
+            // The revision's document, from where that revision's came.
+            let source = revision.get("source").filter(|source| source.is_object()).cloned();
+            let extra = Extra { rollback_of: Some(*number), source, ..extra.clone() };
             apply_document(client, document, prune, None, &extra, confirm, &mut shown)?
         }
         // Reviewed already: applied without asking, as a saved plan is.

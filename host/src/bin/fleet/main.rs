@@ -17,7 +17,9 @@ mod flags;
 mod history;
 mod local;
 mod manual;
+mod markdown;
 mod proposals;
+mod provenance;
 mod render;
 mod serve;
 
@@ -75,13 +77,20 @@ fn main() -> ExitCode {
         Command::Export { server, output, format } => {
             client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
         }
-        Command::Plan { server, file, prune, out, json } => {
-            client(&server).and_then(|client| commands::plan(&client, &file, prune, out.as_deref(), json))
-        }
-        Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, json } => {
+        Command::Plan { server, file, prune, out, format, output, json } => client(&server).and_then(|client| {
+            let format = if json { commands::PlanFormat::Json } else { format };
+            let options = commands::PlanOptions { prune, out: out.as_deref(), format, output: output.as_deref() };
+            commands::plan(&client, &file, &options)
+        }),
+        Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, source, json } => {
             client(&server).and_then(|client| {
                 let overrides = commands::overrides(&overrides)?;
-                let extra = commands::Extra::new(overrides, heal);
+                let mut extra = commands::Extra::new(overrides, heal);
+                // An approved proposal's apply records the proposal's source.
+                if proposal.is_none() {
+                    // A saved plan's file is not the document's: its path is not one.
+                    extra.source = provenance::source(&source, file.as_deref(), |name| std::env::var(name).ok());
+                }
                 let source = match (plan, proposal, file) {
                     (Some(saved), _, _) => ApplySource::SavedPlan(saved),
                     (None, Some(number), _) => ApplySource::Proposal(number),
@@ -94,9 +103,10 @@ fn main() -> ExitCode {
                 commands::apply(&client, &source, &extra, json, confirm)
             })
         }
-        Command::Propose { server, file, prune, title, json } => {
-            client(&server).and_then(|client| proposals::propose(&client, &file, prune, title.as_deref(), json))
-        }
+        Command::Propose { server, file, prune, title, source, json } => client(&server).and_then(|client| {
+            let source = provenance::source(&source, Some(&file), |name| std::env::var(name).ok());
+            proposals::propose(&client, &file, prune, title.as_deref(), source, json)
+        }),
         Command::Proposals { server, state, limit, json } => {
             client(&server).and_then(|client| proposals::list(&client, state.as_deref(), limit, json))
         }

@@ -13,11 +13,21 @@ use crate::history::{short_commit, source_line};
 use crate::render::{Shown, plural, render_plan};
 
 /// Proposes a document: prints its plan and the proposal's number.
-pub fn propose(client: &Client, file: &Path, prune: bool, title: Option<&str>, raw: bool) -> Result<u8, CliError> {
+pub fn propose(
+    client: &Client,
+    file: &Path,
+    prune: bool,
+    title: Option<&str>,
+    source: Option<Value>,
+    raw: bool,
+) -> Result<u8, CliError> {
     let document = read_fleet_config(file)?;
     let mut request = json!({"document": document, "prune": prune});
     if let Some(title) = title {
         request["title"] = json!(title);
+    }
+    if let Some(source) = source {
+        request["source"] = source;
     }
     let created = client.call("proposals/create", &request)?;
     let number = created["proposal"]["number"].as_u64().unwrap_or_default();

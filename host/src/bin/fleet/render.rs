@@ -295,6 +295,10 @@ pub fn plural(count: usize, noun: &str) -> String {
     if count == 1 { format!("1 {noun}") } else { format!("{count} {noun}s") }
 }
 
+/// The fields of the client's requests besides the document, whose problems name no
+/// file: `/source/commit`.
+const REQUEST_FIELDS: [&str; 4] = ["/source", "/overrides", "/planHash", "/title"];
+
 /// Prints an error; validation problems name the file and the field.
 pub fn report(error: &CliError, file: Option<&Path>) {
     let red = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
@@ -305,6 +309,8 @@ pub fn report(error: &CliError, file: Option<&Path>) {
         let prefix = file.map(|file| format!("{}: ", file.display())).unwrap_or_default();
         for problem in details["problems"].as_array().into_iter().flatten() {
             let path = printable(&problem["path"]);
+            // A problem of the request's own fields is not the document file's.
+            let prefix = if REQUEST_FIELDS.iter().any(|field| path.starts_with(field)) { "" } else { &prefix };
             let path = if path.is_empty() { "(document)" } else { path.as_str() };
             eprintln!("  {prefix}{path}: {}", printable(&problem["message"]));
         }
