@@ -336,6 +336,7 @@ macro_rules! guides {
 guides! {
     readme: "README.md",
     approvals: "docs/guide/approvals.md",
+    ci: "docs/guide/ci.md",
     cli_and_ci: "docs/guide/cli-and-ci.md",
     console: "docs/guide/console.md",
     edge: "docs/guide/edge.md",

@@ -6,6 +6,7 @@ mod api; // §2, §8
 mod approvals; // §17
 mod auth; // §3, §9's admin commands
 mod caches; // docs/decisions/0010
+mod ci; // §20.2
 mod cli; // §9
 mod connections; // §7a
 mod edge; // §11
