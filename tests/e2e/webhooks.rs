@@ -183,14 +183,18 @@ fn failures_are_retried_with_growing_gaps_and_410_disables() {
     let at: Vec<f64> = received.iter().map(|got| got["at"].as_f64().unwrap()).collect();
     let gaps: Vec<f64> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
     assert!(gaps[0] < gaps[1] && gaps[1] < gaps[2], "the gaps grow: {gaps:?}");
-    let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "flaky"}))["deliveries"].clone();
-    let attempts: Vec<(i64, i64)> = deliveries
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|attempt| (attempt["attempt"].as_i64().unwrap(), attempt["status"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(attempts, [(4, 200), (3, 500), (2, 500), (1, 500)]);
+    // The receiver has the fourth request before the server has its answer recorded.
+    let attempts = || -> Vec<(i64, i64)> {
+        let deliveries = server.ok(&token, "webhooks/deliveries", json!({"name": "flaky"}))["deliveries"].clone();
+        deliveries
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|attempt| (attempt["attempt"].as_i64().unwrap(), attempt["status"].as_i64().unwrap()))
+            .collect()
+    };
+    eventually(Duration::from_secs(10), || attempts().len() == 4);
+    assert_eq!(attempts(), [(4, 200), (3, 500), (2, 500), (1, 500)]);
 
     // 410 Gone disables the subscription: nothing more is sent to it.
     assert_eq!(gone.wait_for(1, Duration::from_secs(10)).len(), 1, "the 410 endpoint was sent its delivery");
