@@ -15,7 +15,8 @@
 //!   what a handler sees, and the dispatcher that runs a method;
 //! - `store` (module objects and the audit trail), `cache`, `sandbox` (the runtime the
 //!   planner and plugins share), `db`, `reach` (which addresses the server's own
-//!   requests may reach), and at the ground `api` (the error) and `metrics`.
+//!   requests may reach), `secrets` (values sealed at rest under the deployment's key),
+//!   and at the ground `api` (the error) and `metrics`.
 //!
 //! The `fleet` binary (`bin/fleet`) parses flags, runs the server or the admin
 //! commands, and holds the operator's client.
@@ -37,6 +38,7 @@ pub mod plugins;
 pub mod policies;
 pub mod reach;
 pub mod sandbox;
+pub mod secrets;
 pub mod store;
 #[cfg(test)]
 mod testing;
