@@ -1,7 +1,8 @@
 //! The composition root: the configuration, and the one place that builds every part
 //! of the server from it and hands each part what it uses: the database, the modules
 //! and their registry, the planner's sandbox and its [`Planning`], the dispatcher, the
-//! HTTP server, the drift reconciler and the webhooks' deliverer.
+//! HTTP server, the drift reconciler and the webhooks' deliverer (and, before them, the
+//! secrets at rest checked and sealed).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -28,7 +29,7 @@ use crate::planner::{self, Sandbox};
 use crate::plugins::Plugins;
 use crate::policies::Deployment;
 use crate::sandbox::Budget;
-use crate::webhooks;
+use crate::{secrets, webhooks};
 
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
@@ -81,6 +82,9 @@ pub struct Config {
     pub webhook_schedule: webhooks::Schedule,
     /// The most webhooks a tenant may have (`serve --webhooks-per-tenant`).
     pub webhooks_per_tenant: usize,
+    /// The key that seals secrets at rest (`serve --secret-key-file`, SPEC §20.4); none
+    /// stores them unencrypted.
+    pub secret_key: Option<secrets::Key>,
 }
 
 impl Config {
@@ -110,6 +114,7 @@ impl Config {
             webhook_ca: None,
             webhook_schedule: webhooks::Schedule::default(),
             webhooks_per_tenant: webhooks::PER_TENANT,
+            secret_key: None,
         }
     }
 }
@@ -137,6 +142,8 @@ impl Core {
         let metrics = Metrics::new();
         metrics.count_events(&events::TYPES);
         let db = db::open_with(&config.db_path, options)?.counting(metrics.clone());
+        // Secrets nothing could sign with refuse the start; unencrypted ones are sealed.
+        webhooks::prepare_secrets(&db.get()?, config.secret_key.as_ref(), config.read_only)?;
         let cache_dir = config.cache_dir.as_deref();
         let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
         let policies = Deployment::load(&config.policies)?;
@@ -172,6 +179,7 @@ impl Core {
             config.webhook_ca.as_deref(),
             config.webhook_schedule,
             metrics.clone(),
+            config.secret_key.clone(),
         )?);
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
@@ -255,7 +263,8 @@ fn registry(
     crate::audit::register(&mut registry);
     crate::policies::register(&mut registry, policies);
     let reach = config.webhook_reach.clone();
-    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES);
+    let key = config.secret_key.clone();
+    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES, key);
     Arc::new(registry)
 }
 

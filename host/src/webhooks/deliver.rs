@@ -29,6 +29,7 @@ use crate::api::ApiError;
 use crate::db::Pool;
 use crate::metrics::Metrics;
 use crate::reach::Reach;
+use crate::secrets::Key;
 
 /// How long one attempt may take, connecting and reading the answer included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -116,6 +117,8 @@ pub struct Deliverer {
     client: Client,
     schedule: Schedule,
     metrics: Metrics,
+    /// What opens the webhooks' secrets sealed at rest, if the deployment has a key.
+    key: Option<Key>,
     permits: Arc<Semaphore>,
     /// Told when an attempt ends, which gives up its permit and its tenant's claim.
     ended: Notify,
@@ -157,17 +160,19 @@ impl Round {
 }
 
 impl Deliverer {
-    /// A deliverer that trusts the system's roots, and `ca` if given.
+    /// A deliverer that trusts the system's roots, and `ca` if given, and opens the
+    /// webhooks' secrets with `key`.
     pub fn new(
         db: Pool,
         reach: Reach,
         ca: Option<&Path>,
         schedule: Schedule,
         metrics: Metrics,
+        key: Option<Key>,
     ) -> anyhow::Result<Deliverer> {
         let client = Client::new(reach, ca)?;
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-        Ok(Deliverer { db, client, schedule, metrics, permits, ended: Notify::new() })
+        Ok(Deliverer { db, client, schedule, metrics, key, permits, ended: Notify::new() })
     }
 
     /// Delivers until `shutdown`. The outbox is looked at when `woken` (an event
@@ -236,7 +241,7 @@ impl Deliverer {
         }
         let until = now + self.schedule.claim();
         let mut claim = Claim::none(None);
-        for (delivery, endpoint) in outbox::claim(&db, now, until, most)? {
+        for (delivery, endpoint) in outbox::claim(&db, now, until, most, self.key.as_ref())? {
             claim.counted.claimed += 1;
             match endpoint {
                 Some(endpoint) => claim.deliveries.push((delivery, endpoint)),
@@ -268,14 +273,28 @@ impl Deliverer {
         Round { counted: claim.counted, attempts }
     }
 
-    /// One attempt, recorded: what it made of its delivery.
+    /// One attempt, recorded: what it made of its delivery. A secret that cannot be
+    /// opened sends nothing: the attempt fails, and is retried (another replica, given
+    /// the key, may make it).
     async fn attempt(self: Arc<Self>, delivery: Claimed, endpoint: Endpoint) -> Delivered {
         let started = Instant::now();
-        let message =
-            Message { url: &endpoint.url, secret: &endpoint.secret, id: &delivery.message, body: &delivery.body };
-        let outcome = match self.client.attempt(&message, self.schedule.timeout()).await {
-            Ok(status) => Outcome::Answered(status),
-            Err(error) => Outcome::Failed(error),
+        let outcome = match &endpoint.secret {
+            Ok(secret) => {
+                let message = Message { url: &endpoint.url, secret, id: &delivery.message, body: &delivery.body };
+                match self.client.attempt(&message, self.schedule.timeout()).await {
+                    Ok(status) => Outcome::Answered(status),
+                    Err(error) => Outcome::Failed(error),
+                }
+            }
+            Err(error) => {
+                tracing::error!(tenant = %delivery.tenant, webhook = %delivery.webhook, %error,
+                    "a webhook's secret cannot be read to sign its delivery");
+                let remedy = match error {
+                    crate::secrets::Error::NoKey | crate::secrets::Error::Random => "",
+                    _ => "; put the webhook again with \"rotate\": true for a new one",
+                };
+                Outcome::Failed(format!("not sent: the webhook's signing secret cannot be read: {error}{remedy}"))
+            }
         };
         let elapsed = started.elapsed();
         let deliverer = self.clone();
@@ -352,7 +371,7 @@ mod tests {
     use super::*;
     use crate::db::{Conn, params};
     use crate::testing::Database;
-    use crate::webhooks::sign;
+    use crate::webhooks::{at_rest, sign};
 
     /// A receiver on 127.0.0.1 that answers every request with the status its path
     /// names (`/200`, `/410`): its port.
@@ -373,11 +392,17 @@ mod tests {
         port
     }
 
-    fn webhook(db: &Conn, tenant: &str, name: &str, url: &str, enabled: bool) {
+    fn new_key() -> Key {
+        Key::new(&crate::secrets::generate().expect("random bytes")).expect("a key")
+    }
+
+    /// A webhook whose new secret is sealed with `key`, as `put` stores it.
+    fn webhook(db: &Conn, key: &Key, tenant: &str, name: &str, url: &str, enabled: bool) {
+        let secret = at_rest::store(Some(key), tenant, name, &sign::new_secret()).expect("a sealed secret");
         db.execute(
             "INSERT INTO webhooks (tenant, name, url, events, secret, enabled, disabled, updated_at, updated_by)
              VALUES (?1, ?2, ?3, ',*,', ?4, ?5, NULL, '2026-11-30T00:00:00Z', 'alice')",
-            params![tenant, name, url, &sign::new_secret(), i64::from(enabled)],
+            params![tenant, name, url, &secret, i64::from(enabled)],
         )
         .expect("a webhook");
     }
@@ -410,10 +435,11 @@ mod tests {
         let now = now_ms();
         // acme: one delivery answered 200, and two to an endpoint that answers 410 Gone,
         // one of them not due yet; other: one answered 503, and one to a disabled webhook.
-        webhook(&db, "acme", "ok", &format!("{url}/200"), true);
-        webhook(&db, "acme", "gone", &format!("{url}/410"), true);
-        webhook(&db, "other", "busy", &format!("{url}/503"), true);
-        webhook(&db, "other", "off", &format!("{url}/200"), false);
+        let key = new_key();
+        webhook(&db, &key, "acme", "ok", &format!("{url}/200"), true);
+        webhook(&db, &key, "acme", "gone", &format!("{url}/410"), true);
+        webhook(&db, &key, "other", "busy", &format!("{url}/503"), true);
+        webhook(&db, &key, "other", "off", &format!("{url}/200"), false);
         delivery(&db, "acme", "ok", now, now);
         delivery(&db, "acme", "gone", now, now);
         delivery(&db, "acme", "gone", now, now + 3_600_000);
@@ -421,8 +447,9 @@ mod tests {
         delivery(&db, "other", "off", now, now);
         let reach = Reach { allow_http: true, allow: vec!["127.0.0.0/8".parse().expect("a network")] };
         let metrics = Metrics::new();
-        let deliverer = Deliverer::new(database.pool.clone(), reach, None, Schedule::default(), metrics.clone())
-            .expect("a deliverer");
+        let deliverer =
+            Deliverer::new(database.pool.clone(), reach, None, Schedule::default(), metrics.clone(), Some(key))
+                .expect("a deliverer");
         let deliverer = Arc::new(deliverer);
 
         let round = deliverer.activate(now).await.expect("a round");
@@ -446,5 +473,35 @@ mod tests {
         assert_eq!(later, Delivered { claimed: 1, retried: 1, ..Delivered::default() });
         assert_eq!(states(&db)[3], ("busy".to_owned(), "pending".to_owned()));
         assert_eq!(attempts(&db, "busy"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_does_not_open_sends_nothing_and_is_retried() {
+        let database = Database::new();
+        let db = database.conn();
+        let url = format!("http://127.0.0.1:{}", receiver().await);
+        let now = now_ms();
+        let key = new_key();
+        webhook(&db, &key, "acme", "ok", &format!("{url}/200"), true);
+        webhook(&db, &key, "acme", "copy", &format!("{url}/200"), true);
+        // `copy` holds `ok`'s sealed secret, copied: bound to `ok`'s row, it does not open.
+        db.execute(
+            "UPDATE webhooks SET secret = (SELECT secret FROM webhooks WHERE name = 'ok') WHERE name = 'copy'",
+            &[],
+        )
+        .expect("a copied secret");
+        delivery(&db, "acme", "copy", now, now);
+        let reach = Reach { allow_http: true, allow: vec!["127.0.0.0/8".parse().expect("a network")] };
+        let deliverer =
+            Deliverer::new(database.pool.clone(), reach, None, Schedule::default(), Metrics::new(), Some(key))
+                .expect("a deliverer");
+        let round = Arc::new(deliverer).activate(now).await.expect("a round");
+        // The receiver answers 200 to anything sent: nothing was.
+        assert_eq!(round, Delivered { claimed: 1, retried: 1, ..Delivered::default() });
+        let error: String = db
+            .query_one("SELECT error FROM webhook_attempts WHERE webhook = 'copy'", &[], |row| row.get(0))
+            .expect("the attempt");
+        assert!(error.contains("cannot be read") && error.contains("copied from another row"), "{error}");
+        assert!(!error.contains("whsec_") && !error.contains("enc:v1:"), "{error}");
     }
 }

@@ -1,14 +1,14 @@
 //! `compute.webhooks.put|get|list|delete|test|deliveries` (SPEC §18), at
 //! `compute:webhooks:read|write @ compute-webhooks`. The secret is answered once, by
 //! the `put` that sets it, and never again: not by `get` or `list`, not in the audit
-//! trail.
+//! trail; it is stored sealed when the deployment has a key (`at_rest.rs`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use fleet_guest::grammar::{NAME_PATTERN, quoted};
 use serde_json::{Value, json};
 
-use super::{TEST, insert, sign};
+use super::{TEST, at_rest, insert, sign};
 use crate::api::{ApiError, Problem};
 use crate::audit::{self, FieldChange};
 use crate::calls::context::Ctx;
@@ -16,6 +16,7 @@ use crate::calls::input::{Input, MAX_COUNT, Page};
 use crate::calls::registry::{Method, MethodKind, Registry, handler};
 use crate::db::params;
 use crate::reach::Reach;
+use crate::secrets::Key;
 
 /// A webhook as every method but `put` answers it: never its secret.
 fn webhook_schema() -> Value {
@@ -25,9 +26,15 @@ fn webhook_schema() -> Value {
         "disabled": {"type": "string", "description": "Why it was disabled (its endpoint answered 410 Gone)."}}})
 }
 
-/// The methods, with what the deployment lets webhooks reach and the event types there
-/// are to subscribe to.
-pub fn register(registry: &mut Registry, reach: Reach, per_tenant: usize, types: &'static [&'static str]) {
+/// The methods, with what the deployment lets webhooks reach, the event types there
+/// are to subscribe to, and the key that seals secrets at rest, if it has one.
+pub fn register(
+    registry: &mut Registry,
+    reach: Reach,
+    per_tenant: usize,
+    types: &'static [&'static str],
+    key: Option<Key>,
+) {
     let name = json!({"type": "string", "pattern": NAME_PATTERN});
     let by_name =
         json!({"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": name}});
@@ -51,7 +58,7 @@ pub fn register(registry: &mut Registry, reach: Reach, per_tenant: usize, types:
             "rotate": {"type": "boolean", "default": false,
                 "description": "Make a new secret for a webhook put again (a secret given is the new one)."}}});
     registry.register(
-        Method::new("webhooks", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&reach, per_tenant, types, ctx, body)))
+        Method::new("webhooks", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&reach, per_tenant, types, key.as_ref(), ctx, body)))
             .phase("v0.4")
             .summary("Creates or replaces a webhook: its URL, the event types it takes (or [\"*\"]) and its signing secret, answered this once when new (one is made for a new webhook or on rotate; a webhook put again keeps its own).")
             .schemas(
@@ -160,7 +167,14 @@ fn named(body: Value) -> Result<String, ApiError> {
     Ok(name.unwrap_or_default())
 }
 
-fn put(reach: &Reach, per_tenant: usize, types: &[&str], ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
+fn put(
+    reach: &Reach,
+    per_tenant: usize,
+    types: &[&str],
+    key: Option<&Key>,
+    ctx: &Ctx,
+    body: Value,
+) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
     let name = input.name("name", true);
     let url = input.string("url", true);
@@ -240,18 +254,22 @@ fn put(reach: &Reach, per_tenant: usize, types: &[&str], ctx: &Ctx, body: Value)
         )?,
         _ => None,
     };
-    let new_secret = match kept {
-        Some(_) => None,
-        None => Some(secret.unwrap_or_else(sign::new_secret)),
+    // Stored sealed when the deployment has a key (a kept one stored before there was a
+    // key is sealed now).
+    let (stored_secret, new_secret) = match kept {
+        Some(kept) => (at_rest::keep(key, &ctx.caller.tenant, &name, kept)?, None),
+        None => {
+            let new_secret = secret.unwrap_or_else(sign::new_secret);
+            (at_rest::store(key, &ctx.caller.tenant, &name, &new_secret)?, Some(new_secret))
+        }
     };
-    let secret = kept.as_deref().or(new_secret.as_deref()).unwrap_or_default();
     ctx.db.execute(
         "INSERT INTO webhooks (tenant, name, url, events, secret, enabled, disabled, updated_at, updated_by)
          VALUES (?1, ?2, ?3, ?4, ?5, 1, NULL, ?6, ?7)
          ON CONFLICT (tenant, name) DO UPDATE SET url = excluded.url, events = excluded.events,
            secret = excluded.secret, enabled = 1, disabled = NULL, updated_at = excluded.updated_at,
            updated_by = excluded.updated_by",
-        params![&ctx.caller.tenant, &name, &url, &listed, secret, &crate::db::now(), &ctx.caller.principal],
+        params![&ctx.caller.tenant, &name, &url, &listed, &stored_secret, &crate::db::now(), &ctx.caller.principal],
     )?;
     let now = Stored { name, url, events: listed, enabled: true, disabled: None };
     let was = previous

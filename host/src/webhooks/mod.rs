@@ -7,8 +7,10 @@
 //! (`deliver.rs`) claims due deliveries in the database (`outbox.rs`: each attempt is one
 //! replica's), sends them (`client.rs`), and retries with backoff for 24 hours.
 //! `crate::reach` keeps deliveries from reaching inside the deployment's network;
-//! `sign.rs` signs; `methods.rs` is `compute.webhooks.*`.
+//! `sign.rs` signs; `methods.rs` is `compute.webhooks.*`; `at_rest.rs` keeps the signing
+//! secrets sealed in the database when the deployment has a key (SPEC §20.4).
 
+mod at_rest;
 mod client;
 mod deliver;
 mod methods;
@@ -18,6 +20,7 @@ mod sign;
 use serde_json::{Value, json};
 
 pub use crate::reach::Reach;
+pub use at_rest::{Prepared, Rotated, prepare as prepare_secrets, rotate as rotate_secrets};
 pub use deliver::{Delivered, Deliverer, Schedule};
 pub use methods::register;
 

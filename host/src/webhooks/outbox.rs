@@ -5,8 +5,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::at_rest;
 use crate::api::ApiError;
 use crate::db::{self, Conn, params};
+use crate::secrets::{self, Key};
 
 /// A tenant's attempts in flight at once, across replicas.
 const PER_TENANT: i64 = 2;
@@ -30,10 +32,11 @@ pub(super) struct Claimed {
     pub(super) created_ms: i64,
 }
 
-/// Where a claimed delivery goes, and the secret that signs it.
+/// Where a claimed delivery goes, and the secret that signs it, opened (or why it could
+/// not be: sealed with another key, or this server has none).
 pub(super) struct Endpoint {
     pub(super) url: String,
-    pub(super) secret: String,
+    pub(super) secret: Result<String, secrets::Error>,
 }
 
 /// What an attempt came to.
@@ -77,12 +80,14 @@ pub(super) fn earliest(db: &Conn) -> Result<Option<i64>, ApiError> {
 /// tenant's and none of a tenant with one in flight anywhere, each with its webhook's
 /// endpoint (none when the webhook is gone or disabled). A claim moves a delivery's due
 /// time to the claim's end, where another replica may take it if this one died, so that
-/// the earliest due time stays one index read.
+/// the earliest due time stays one index read. Each endpoint's secret is opened with
+/// `key`.
 pub(super) fn claim(
     db: &Conn,
     now: i64,
     until: i64,
     most: usize,
+    key: Option<&Key>,
 ) -> Result<Vec<(Claimed, Option<Endpoint>)>, ApiError> {
     let rows = db.query(
         "UPDATE webhook_deliveries SET claimed_until_ms = ?2, next_ms = ?2, attempts = attempts + 1
@@ -115,8 +120,12 @@ pub(super) fn claim(
         let endpoint = db.query_opt(
             "SELECT url, secret FROM webhooks WHERE tenant = ?1 AND name = ?2 AND enabled = 1",
             params![&delivery.tenant, &delivery.webhook],
-            |row| Ok(Endpoint { url: row.get(0)?, secret: row.get(1)? }),
+            |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
         )?;
+        let endpoint = endpoint.map(|(url, stored)| Endpoint {
+            url,
+            secret: at_rest::reveal(key, &delivery.tenant, &delivery.webhook, &stored),
+        });
         claimed.push((delivery, endpoint));
     }
     Ok(claimed)

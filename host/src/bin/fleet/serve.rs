@@ -121,6 +121,11 @@ pub(crate) struct Serve {
     #[arg(long, value_name = "N", default_value_t = fleet::webhooks::PER_TENANT as u16,
           value_parser = clap::value_parser!(u16).range(1..))]
     webhooks_per_tenant: u16,
+    /// The key that encrypts secrets at rest (webhook signing secrets): a file of exactly
+    /// 32 random bytes, as `fleet admin secret-key generate` writes. Without it, secrets
+    /// are stored unencrypted; a database holding encrypted ones refuses to serve.
+    #[arg(long, value_name = "FILE", env = "FLEET_SECRET_KEY_FILE")]
+    secret_key_file: Option<PathBuf>,
     /// Scales the webhooks' retry schedule and its 24-hour window (tests shorten them).
     #[arg(long, hide = true, default_value_t = 1.0)]
     webhook_time_scale: f64,
@@ -196,6 +201,7 @@ impl Serve {
             bail!("--webhook-time-scale must be more than 0 and at most 1");
         }
         config.webhook_schedule = fleet::webhooks::Schedule { scale: self.webhook_time_scale };
+        config.secret_key = self.secret_key_file.as_deref().map(fleet::secrets::Key::read).transpose()?;
         config.tls = self.tls_cert.zip(self.tls_key);
         config.plugin_budget.cpu = self.plugin_cpu;
         config.plugin_budget.memory_bytes = (self.plugin_memory_mib as usize) << 20;
