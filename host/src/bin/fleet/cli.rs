@@ -386,6 +386,10 @@ pub(crate) enum Admin {
     Tenant(TenantCommand),
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The key that encrypts secrets at rest (`serve --secret-key-file`): make one, or
+    /// move every secret to a new one.
+    #[command(subcommand)]
+    SecretKey(SecretKeyCommand),
     /// Copies the SQLite database (--db) to FILE while servers keep running on it:
     /// consistent as of one moment. For PostgreSQL, use pg_dump.
     Backup {
@@ -400,6 +404,29 @@ pub(crate) enum Admin {
         /// Overwrite an existing database (stop every server on it first).
         #[arg(long)]
         replace: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SecretKeyCommand {
+    /// Writes a new key, 32 random bytes, to FILE (mode 0600, never over a file that
+    /// exists), or to stdout when it is not a terminal.
+    Generate {
+        /// The new file to write.
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Encrypts every secret in the database (--db) again with the new key, in one
+    /// transaction: those the old key decrypts and those stored unencrypted. Then serve
+    /// with --secret-key-file NEW; run it again to catch any a server still on the old
+    /// key wrote meanwhile.
+    Rotate {
+        /// The key the secrets are encrypted with now.
+        #[arg(long, value_name = "FILE")]
+        old: PathBuf,
+        /// The key to encrypt them with.
+        #[arg(long, value_name = "FILE")]
+        new: PathBuf,
     },
 }
 

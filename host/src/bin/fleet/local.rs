@@ -1,5 +1,5 @@
 //! The commands that run here rather than against a server: `fleet serve`, the admin
-//! commands on the database, `fleet plugin inspect`, `fleet policy test` and
+//! commands on the database and its secret key, `fleet plugin inspect`, `fleet policy test` and
 //! `fleet component`.
 
 use std::path::{Path, PathBuf};
@@ -60,6 +60,52 @@ pub fn create_tenant(db_path: &Path, tenant: &str) -> Result<()> {
     let pool = db::open(db_path)?;
     auth::create_tenant(&pool.get()?, tenant, &db::now())?;
     println!("created tenant {tenant}");
+    Ok(())
+}
+
+/// `fleet admin secret-key generate`: to a new file of its owner's only, or to stdout
+/// when that is not a terminal (32 raw bytes are no text to show).
+pub fn generate_secret_key(output: Option<&Path>) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    match output {
+        Some(file) => {
+            fleet::secrets::write_new_key(file)?;
+            eprintln!(
+                "wrote a new secret key to {}; serve with --secret-key-file {0}, and keep a copy where the \
+                 database's backups are not: without it, the secrets they hold cannot be read",
+                file.display()
+            );
+            Ok(())
+        }
+        None if std::io::stdout().is_terminal() => {
+            bail!("a key is 32 raw bytes: write it to a file with -o FILE, or redirect stdout")
+        }
+        None => {
+            let key = fleet::secrets::generate()?;
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&key)?;
+            Ok(stdout.flush()?)
+        }
+    }
+}
+
+/// `fleet admin secret-key rotate`: every secret in the database sealed with the new key.
+pub fn rotate_secret_key(db_path: &Path, old: &Path, new: &Path) -> Result<()> {
+    let (old_key, new_key) = (fleet::secrets::Key::read(old)?, fleet::secrets::Key::read(new)?);
+    if std::fs::read(old)? == std::fs::read(new)? {
+        bail!("{} and {} hold the same key", old.display(), new.display());
+    }
+    let pool = db::open(db_path)?;
+    let rotated = fleet::webhooks::rotate_secrets(&pool.get()?, &old_key, &new_key)?;
+    println!(
+        "encrypted {} webhook secret(s) with the new key ({} were encrypted with the old key, {} unencrypted; {} had \
+         the new key already); serve with --secret-key-file {}",
+        rotated.resealed + rotated.encrypted,
+        rotated.resealed,
+        rotated.encrypted,
+        rotated.already,
+        new.display()
+    );
     Ok(())
 }
 

@@ -23,7 +23,10 @@ mod provenance;
 mod render;
 mod serve;
 
-use cli::{Admin, AdminArgs, Cli, Command, PluginCommand, PolicyCommand, ServerArgs, TenantCommand, TokenCommand};
+use cli::{
+    Admin, AdminArgs, Cli, Command, PluginCommand, PolicyCommand, SecretKeyCommand, ServerArgs, TenantCommand,
+    TokenCommand,
+};
 use client::{CliError, Client};
 use commands::{ApplySource, Confirm};
 use serve::LogFormat;
@@ -180,6 +183,8 @@ fn run_local(db_path: PathBuf, command: Command) -> Result<()> {
             }
             Admin::Token(TokenCommand::List { tenant, json }) => local::list_tokens(&db_path, &tenant, json),
             Admin::Token(TokenCommand::Revoke { id }) => local::revoke_token(&db_path, &id),
+            Admin::SecretKey(SecretKeyCommand::Generate { output }) => local::generate_secret_key(output.as_deref()),
+            Admin::SecretKey(SecretKeyCommand::Rotate { old, new }) => local::rotate_secret_key(&db_path, &old, &new),
             Admin::Backup { file } => local::backup(&db_path, &file),
             Admin::Restore { file, replace } => local::restore(&file, &db_path, replace),
         },
