@@ -1,9 +1,12 @@
 //! Notifications end to end (SPEC §18): webhooks put and kept secret, every kind of
 //! event delivered to a real receiver on 127.0.0.1 that checks the signature with its
 //! own implementation (`support/webhook_receiver.py`, Python's hmac), retries with
-//! growing gaps, `410 Gone`, a server killed mid-delivery, and no reaching inside.
+//! growing gaps, `410 Gone`, a server killed mid-delivery, no reaching inside, and the
+//! secrets encrypted at rest (SPEC §20.4): sealed, migrated, refused without the key,
+//! rotated.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -427,4 +430,185 @@ fn a_backlog_costs_its_attempts_and_nothing_while_it_waits() {
     assert!(idle < 0.3, "{idle:.2} s of CPU in 3 s with nothing due");
     let metrics = server.get("/metrics").1;
     assert!(metrics.contains("fleet_webhook_pending 3000"), "nothing was lost");
+}
+
+/// A new key file made by `fleet admin secret-key generate -o`.
+fn new_key(dir: &Path, name: &str) -> PathBuf {
+    let file = dir.join(name);
+    let made = Command::new(crate::support::FLEET).args(["admin", "secret-key", "generate", "-o"]).arg(&file).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    file
+}
+
+/// `flags` and `--secret-key-file key`.
+fn with_key<'a>(flags: &[&'a str], key: &'a Path) -> Vec<&'a str> {
+    let mut flags = flags.to_vec();
+    flags.extend(["--secret-key-file", key.to_str().unwrap()]);
+    flags
+}
+
+/// What `fleet serve` on the database of `dir` says as it refuses to start.
+fn refused_start(dir: &Path, flags: &[&str]) -> String {
+    let mut child = Command::new(crate::support::FLEET)
+        .arg("--db")
+        .arg(crate::support::database_of(dir))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(flags)
+        .env("RUST_LOG", "fleet=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = eventually(Duration::from_secs(60), || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(exited && !output.status.success(), "serve {flags:?} refused to start: {said}");
+    said
+}
+
+/// The stored secret of webhook `name` (of any tenant).
+fn stored_secret(server: &Server, name: &str) -> String {
+    server.sql().text(&format!("SELECT secret FROM webhooks WHERE name = '{name}'")).unwrap()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle.as_bytes())
+}
+
+#[test]
+fn with_a_key_the_database_and_its_backups_hold_no_secret_in_the_clear() {
+    let receiver = Receiver::start("200");
+    let keys = tempfile::tempdir().unwrap();
+    let key = new_key(keys.path(), "secret.key");
+    // 32 random bytes, the owner's only, never written over.
+    assert_eq!(std::fs::read(&key).unwrap().len(), 32);
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    let again = Command::new(crate::support::FLEET).args(["admin", "secret-key", "generate", "-o"]).arg(&key).output().unwrap();
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("exists already"));
+
+    let server = Server::start(&with_key(&LOCAL, &key));
+    let token = server.tenant_with_token("acme");
+    assert_eq!(subscribe(&server, &token, "ops", &receiver.url(), json!(["fleet.applied"]))["secret"], SECRET);
+    let made = server.ok(&token, "webhooks/put", json!({"name": "made", "url": receiver.url(), "events": ["*"]}));
+    let made = made["secret"].as_str().unwrap().to_owned();
+    // Put again, a webhook keeps its secret sealed.
+    server.ok(&token, "webhooks/put", json!({"name": "ops", "url": receiver.url(), "events": ["*"]}));
+    for (name, secret) in [("ops", SECRET), ("made", made.as_str())] {
+        let stored = stored_secret(&server, name);
+        assert!(stored.starts_with("enc:v1:"), "{name}: {stored}");
+        assert!(!stored.contains(&secret["whsec_".len()..]), "{name}: the secret is in the column");
+    }
+    // Deliveries are signed with the secret put answered.
+    let test = server.ok(&token, "webhooks/test", json!({"name": "ops"}));
+    let received = receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(received.len(), 1, "delivered within 20 s");
+    assert_eq!((&received[0]["id"], &received[0]["valid"]), (&test["id"], &json!(true)), "{received:?}");
+
+    // A sealed secret copied to another row does not decrypt there: nothing is sent, and
+    // the attempt says why without the secret.
+    server.sql().run("UPDATE webhooks SET secret = (SELECT secret FROM webhooks WHERE name = 'ops') WHERE name = 'made'");
+    server.ok(&token, "webhooks/test", json!({"name": "made"}));
+    let deliveries = || server.ok(&token, "webhooks/deliveries", json!({"name": "made"}))["deliveries"].clone();
+    assert!(eventually(Duration::from_secs(20), || deliveries()[0]["error"].is_string()), "an attempt within 20 s");
+    let error = deliveries()[0]["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("cannot be read") && !error.contains("whsec_") && !error.contains("enc:v1:"), "{error}");
+    assert_eq!(receiver.received().len(), 1, "nothing sent unsigned or signed wrongly");
+
+    if !crate::support::postgres() {
+        let backup = server.dir.path().join("backup.db");
+        server.admin(&["backup", backup.to_str().unwrap()]);
+        let copied = std::fs::read(&backup).unwrap();
+        assert!(contains(&copied, "enc:v1:"), "the backup holds the sealed secrets");
+        for secret in [SECRET, made.as_str()] {
+            assert!(!contains(&copied, &secret["whsec_".len()..]), "the backup holds a secret in the clear");
+        }
+    }
+}
+
+#[test]
+fn a_server_without_the_key_refuses_a_database_of_encrypted_secrets() {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, other) = (new_key(keys.path(), "a.key"), new_key(keys.path(), "b.key"));
+    let server = Server::start(&with_key(&LOCAL, &key));
+    let token = server.tenant_with_token("acme");
+    subscribe(&server, &token, "ops", "http://127.0.0.1:9/hook", json!(["*"]));
+    let dir = server.stop();
+
+    let said = refused_start(dir.path(), &LOCAL);
+    assert!(said.contains("encrypted") && said.contains("acme/ops") && said.contains("--secret-key-file"), "{said}");
+    let said = refused_start(dir.path(), &with_key(&LOCAL, &other));
+    assert!(said.contains("decrypts none") && said.contains("acme/ops"), "{said}");
+    let short = keys.path().join("short.key");
+    std::fs::write(&short, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let said = refused_start(dir.path(), &with_key(&LOCAL, &short));
+    assert!(said.contains("holds more than 32 bytes") && said.contains("secret-key generate"), "{said}");
+    // A read-only server sends nothing, and needs no key.
+    let reader = Server::start_in(dir, &["--read-only"]);
+    assert_eq!(reader.ok(&token, "webhooks/list", json!({}))["webhooks"][0]["name"], "ops");
+}
+
+#[test]
+fn plaintext_secrets_are_encrypted_when_a_key_is_first_given() {
+    let receiver = Receiver::start("200");
+    let keys = tempfile::tempdir().unwrap();
+    let key = new_key(keys.path(), "secret.key");
+    let log = keys.path().join("serve.log");
+    let launch = crate::support::Launch { stderr: Some(log.clone()), ..Default::default() };
+    let server = Server::launch(tempfile::tempdir().unwrap(), &LOCAL, &launch);
+    let token = server.tenant_with_token("acme");
+    subscribe(&server, &token, "ops", &receiver.url(), json!(["*"]));
+    // Without a key, the server says so as it starts, and stores the secret as it is.
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("stored unencrypted") && said.contains("fleet admin secret-key generate"), "{said}");
+    assert_eq!(stored_secret(&server, "ops"), SECRET);
+    let dir = server.stop();
+
+    // A read-only server given the key reads the secrets, and writes nothing.
+    let reader = Server::start_in(dir, &with_key(&["--read-only"], &key));
+    assert_eq!(stored_secret(&reader, "ops"), SECRET);
+    let dir = reader.stop();
+
+    let server = Server::start_in(dir, &with_key(&LOCAL, &key));
+    let stored = stored_secret(&server, "ops");
+    assert!(stored.starts_with("enc:v1:") && !stored.contains(&SECRET["whsec_".len()..]), "{stored}");
+    let test = server.ok(&token, "webhooks/test", json!({"name": "ops"}));
+    let received = receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(received.len(), 1, "delivered within 20 s");
+    assert_eq!((&received[0]["id"], &received[0]["valid"]), (&test["id"], &json!(true)), "{received:?}");
+}
+
+#[test]
+fn a_rotation_moves_every_secret_to_the_new_key() {
+    let receiver = Receiver::start("200");
+    let keys = tempfile::tempdir().unwrap();
+    let (old, new) = (new_key(keys.path(), "old.key"), new_key(keys.path(), "new.key"));
+    let server = Server::start(&with_key(&LOCAL, &old));
+    let acme = server.tenant_with_token("acme");
+    let other = server.tenant_with_token("other");
+    subscribe(&server, &acme, "ops", &receiver.url(), json!(["*"]));
+    subscribe(&server, &other, "ops", &receiver.url(), json!(["*"]));
+    let before = stored_secret(&server, "ops");
+    let dir = server.stop();
+    let db = crate::support::database_of(dir.path());
+    let rotate = ["secret-key", "rotate", "--old", old.to_str().unwrap(), "--new", new.to_str().unwrap()];
+
+    let said = crate::support::admin(&db, &rotate);
+    assert!(said.contains("encrypted 2 webhook secret(s) with the new key"), "{said}");
+    // The old key decrypts none of them now; the new one signs.
+    let said = refused_start(dir.path(), &with_key(&LOCAL, &old));
+    assert!(said.contains("decrypts none"), "{said}");
+    let server = Server::start_in(dir, &with_key(&LOCAL, &new));
+    assert_ne!(stored_secret(&server, "ops"), before);
+    for token in [&acme, &other] {
+        server.ok(token, "webhooks/test", json!({"name": "ops"}));
+    }
+    let received = receiver.wait_for(2, Duration::from_secs(20));
+    assert_eq!(received.len(), 2, "delivered within 20 s");
+    assert!(received.iter().all(|got| got["valid"] == true), "{received:?}");
+    // Run again, it finds nothing left to do.
+    let said = server.admin(&rotate);
+    assert!(said.contains("encrypted 0 webhook secret(s)") && said.contains("2 had the new key already"), "{said}");
 }
