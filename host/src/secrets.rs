@@ -253,7 +253,7 @@ mod tests {
         for place in [other_row, other_tenant, other_column, shifted] {
             assert_eq!(key.open(&sealed, place), Err(Error::Unopened), "{place:?}");
         }
-        let mut bytes = data_encoding::BASE64.decode(sealed[PREFIX.len()..].as_bytes()).unwrap();
+        let mut bytes = data_encoding::BASE64.decode(&sealed.as_bytes()[PREFIX.len()..]).unwrap();
         for at in [0, NONCE_LEN, bytes.len() - 1] {
             bytes[at] ^= 1;
             let flipped = format!("{PREFIX}{}", data_encoding::BASE64.encode(&bytes));
