@@ -469,9 +469,9 @@ fn refused_start(dir: &Path, flags: &[&str]) -> String {
     said
 }
 
-/// The stored secret of webhook `name` (of any tenant).
+/// The stored secret of webhook `name` (of the first tenant by name that has one).
 fn stored_secret(server: &Server, name: &str) -> String {
-    server.sql().text(&format!("SELECT secret FROM webhooks WHERE name = '{name}'")).unwrap()
+    server.sql().text(&format!("SELECT secret FROM webhooks WHERE name = '{name}' ORDER BY tenant LIMIT 1")).unwrap()
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
