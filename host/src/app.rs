@@ -29,7 +29,8 @@ use crate::planner::{self, Sandbox};
 use crate::plugins::Plugins;
 use crate::policies::Deployment;
 use crate::sandbox::Budget;
-use crate::{secrets, webhooks};
+use crate::sources::git::GitConfig;
+use crate::{secrets, sources, webhooks};
 
 /// The most bytes of authenticated tokens kept: some ten thousand tokens.
 const TOKEN_CACHE_BYTES: usize = 4 << 20;
@@ -85,6 +86,8 @@ pub struct Config {
     /// The key that seals secrets at rest (`serve --secret-key-file`, SPEC §20.4); none
     /// stores them unencrypted.
     pub secret_key: Option<secrets::Key>,
+    /// How git sources are fetched (SPEC §20.3): the reach rules, the bounds, the cache.
+    pub git: GitConfig,
 }
 
 impl Config {
@@ -115,6 +118,7 @@ impl Config {
             webhook_schedule: webhooks::Schedule::default(),
             webhooks_per_tenant: webhooks::PER_TENANT,
             secret_key: None,
+            git: GitConfig::new(std::env::temp_dir().join("fleet-git")),
         }
     }
 }
@@ -130,10 +134,14 @@ pub struct Core {
     pub planning: Arc<Planning>,
     pub dispatcher: Arc<Dispatcher>,
     pub reconciler: Arc<Reconciler>,
+    /// Runs the git sources' cycles.
+    pub sources: Arc<sources::Runner>,
     pub metrics: Metrics,
     pub wake: Wake,
     /// What `status --refresh` asks the reconciler, until it runs.
     asking: Mutex<Option<Asking>>,
+    /// What the sources' methods ask the runner, until it runs.
+    source_asks: Mutex<Option<sources::Asks>>,
 }
 
 impl Core {
@@ -143,7 +151,7 @@ impl Core {
         metrics.count_events(&events::TYPES);
         let db = db::open_with(&config.db_path, options)?.counting(metrics.clone());
         // Secrets nothing could sign with refuse the start; unencrypted ones are sealed.
-        webhooks::prepare_secrets(&db.get()?, config.secret_key.as_ref(), config.read_only)?;
+        secrets::at_rest::prepare(&db.get()?, config.secret_key.as_ref(), config.read_only)?;
         let cache_dir = config.cache_dir.as_deref();
         let plugins = Arc::new(Plugins::load(&config.plugins, config.plugin_budget, cache_dir, &metrics)?);
         let policies = Deployment::load(&config.policies)?;
@@ -170,9 +178,12 @@ impl Core {
             read_only: config.read_only,
             require_approval: config.require_approval,
             retention: config.retention,
+            git_insecure: config.git.allow_insecure,
         });
         let (checks, asking) = drift::checks();
-        let registry = registry(&modules, &planning, checks, &policies, config);
+        let git = Arc::new(sources::git::Git::new(config.git.clone()));
+        let (source_asking, source_asks) = sources::asking();
+        let registry = registry(&modules, &planning, checks, &policies, config, (git.clone(), source_asking));
         let deliverer = Arc::new(webhooks::Deliverer::new(
             db.clone(),
             config.webhook_reach.clone(),
@@ -184,6 +195,7 @@ impl Core {
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
         let reconciler = Arc::new(Reconciler::new(planning.clone(), dispatcher.clone()));
+        let sources = Arc::new(sources::Runner::new(dispatcher.clone(), git, config.secret_key.clone(), wake.clone()));
         Ok(Core {
             db,
             deliverer,
@@ -191,9 +203,11 @@ impl Core {
             planning,
             dispatcher,
             reconciler,
+            sources,
             metrics,
             wake,
             asking: Mutex::new(Some(asking)),
+            source_asks: Mutex::new(Some(source_asks)),
         })
     }
 
@@ -201,6 +215,11 @@ impl Core {
     /// it (the one that runs the reconciler).
     pub fn take_asking(&self) -> Option<Asking> {
         self.asking.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// What the sources' runner listens on; only the first caller gets it.
+    pub fn take_source_asks(&self) -> Option<sources::Asks> {
+        self.source_asks.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -255,6 +274,7 @@ fn registry(
     checks: drift::Checks,
     policies: &Deployment,
     config: &Config,
+    (git, source_asking): (Arc<sources::git::Git>, sources::Asking),
 ) -> Arc<Registry> {
     let mut registry = Registry::default();
     modules.register(&mut registry);
@@ -264,7 +284,8 @@ fn registry(
     crate::policies::register(&mut registry, policies);
     let reach = config.webhook_reach.clone();
     let key = config.secret_key.clone();
-    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES, key);
+    webhooks::register(&mut registry, reach, config.webhooks_per_tenant, &events::TYPES, key.clone());
+    sources::register(&mut registry, git, key, source_asking);
     Arc::new(registry)
 }
 
@@ -311,6 +332,13 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
                 .await;
         })
     });
+    // Every replica that writes runs the sources' cycles it claims.
+    let runner = app.core.take_source_asks().filter(|_| !app.config.read_only).map(|asks| {
+        let (runner, mut stopped) = (app.core.sources.clone(), stop.subscribe());
+        tokio::spawn(runner.run(asks, async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }))
+    });
     let served = http::run(app.server.clone(), listener, shutdown).await;
     let _ = stop.send(true);
     if let Some(reconciler) = reconciler {
@@ -318,6 +346,9 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
     }
     if let Some(deliverer) = deliverer {
         let _ = deliverer.await;
+    }
+    if let Some(runner) = runner {
+        let _ = runner.await;
     }
     served
 }

@@ -27,8 +27,16 @@ pub const PROPOSAL_REJECTED: &str = "proposal.rejected";
 pub const PROPOSAL_APPLIED: &str = "proposal.applied";
 pub const PROPOSAL_STALE: &str = "proposal.stale";
 pub const PROPOSAL_WITHDRAWN: &str = "proposal.withdrawn";
+/// A git source's cycle came to a new state (SPEC §20.3).
+pub const SOURCE_OUT_OF_SYNC: &str = "source.outOfSync";
+pub const SOURCE_SYNCED: &str = "source.synced";
+pub const SOURCE_PROPOSED: &str = "source.proposed";
+pub const SOURCE_BLOCKED: &str = "source.blocked";
+pub const SOURCE_DIVERGED: &str = "source.diverged";
+pub const SOURCE_FAILING: &str = "source.failing";
+pub const SOURCE_UNVERIFIED: &str = "source.unverified";
 /// Every event type fleet publishes, for the metrics to count from zero.
-pub const TYPES: [&str; 11] = [
+pub const TYPES: [&str; 18] = [
     APPLIED,
     DRIFTED,
     CONVERGED,
@@ -40,6 +48,13 @@ pub const TYPES: [&str; 11] = [
     PROPOSAL_APPLIED,
     PROPOSAL_STALE,
     PROPOSAL_WITHDRAWN,
+    SOURCE_OUT_OF_SYNC,
+    SOURCE_SYNCED,
+    SOURCE_PROPOSED,
+    SOURCE_BLOCKED,
+    SOURCE_DIVERGED,
+    SOURCE_FAILING,
+    SOURCE_UNVERIFIED,
 ];
 
 /// Wakes this process's event streams when events were committed (those of other

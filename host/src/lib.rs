@@ -39,6 +39,7 @@ pub mod policies;
 pub mod reach;
 pub mod sandbox;
 pub mod secrets;
+pub mod sources;
 pub mod store;
 #[cfg(test)]
 mod testing;

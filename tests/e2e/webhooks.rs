@@ -596,7 +596,7 @@ fn a_rotation_moves_every_secret_to_the_new_key() {
     let rotate = ["secret-key", "rotate", "--old", old.to_str().unwrap(), "--new", new.to_str().unwrap()];
 
     let said = crate::support::admin(&db, &rotate);
-    assert!(said.contains("encrypted 2 webhook secret(s) with the new key"), "{said}");
+    assert!(said.contains("encrypted 2 secret(s) with the new key"), "{said}");
     // The old key decrypts none of them now; the new one signs.
     let said = refused_start(dir.path(), &with_key(&LOCAL, &old));
     assert!(said.contains("decrypts none"), "{said}");
@@ -610,5 +610,5 @@ fn a_rotation_moves_every_secret_to_the_new_key() {
     assert!(received.iter().all(|got| got["valid"] == true), "{received:?}");
     // Run again, it finds nothing left to do.
     let said = server.admin(&rotate);
-    assert!(said.contains("encrypted 0 webhook secret(s)") && said.contains("2 had the new key already"), "{said}");
+    assert!(said.contains("encrypted 0 secret(s)") && said.contains("2 had the new key already"), "{said}");
 }

@@ -35,6 +35,7 @@ history!(
     "0016_webhooks",
     "0017_hardening",
     "0018_sources",
+    "0019_git_sources",
 );
 
 pub fn sqlite() -> Migrations<'static> {

@@ -41,7 +41,7 @@ use crate::store::trail;
 /// of it back. Unpinned, the plan applied is the one made inside the transaction, so
 /// identical concurrent applies converge (the later ones with no calls).
 pub(super) fn apply(planning: &Planning, call: Call) -> Answer {
-    let applying = match Applying::read(call.body) {
+    let applying = match Applying::read(call.body, planning.git_insecure) {
         Ok(applying) => applying,
         Err(error) => return Answer::from(Err(error)),
     };
@@ -66,16 +66,16 @@ impl<'a> Applying<'a> {
     /// A request that names a proposal is read here, once, and must name nothing the
     /// proposal holds; any other request is a document's, the planner's to read, once
     /// the host has taken out its `source`.
-    fn read(body: &'a str) -> Result<Applying<'a>, ApiError> {
+    fn read(body: &'a str, insecure: bool) -> Result<Applying<'a>, ApiError> {
         let document = || Applying::Document { request: Cow::Borrowed(body), source: None };
         // Only a request that holds the word can name one.
         if !body.contains(r#""proposal""#) {
-            return Applying::with_source(body);
+            return Applying::with_source(body, insecure);
         }
         // A body that is no JSON object is the planner's to refuse, with its problems.
         let Ok(Value::Object(members)) = parse_body(body.as_bytes()) else { return Ok(document()) };
         if !members.contains_key("proposal") {
-            return Applying::with_source(body);
+            return Applying::with_source(body, insecure);
         }
         let mut input = Input::new(Value::Object(members))?;
         let number = input.count("proposal", true).map_or(0, |number| i64::try_from(number).unwrap_or(i64::MAX));
@@ -99,7 +99,7 @@ impl<'a> Applying<'a> {
     /// A document's apply whose request may hold a `source`: taken out and checked here
     /// (`INVALID_ARGUMENT` at its paths when it is wrong, before anything is planned),
     /// the other members left as they came, in their order, for the planner.
-    fn with_source(body: &'a str) -> Result<Applying<'a>, ApiError> {
+    fn with_source(body: &'a str, insecure: bool) -> Result<Applying<'a>, ApiError> {
         let document = || Applying::Document { request: Cow::Borrowed(body), source: None };
         // Only a request that holds the word can name one.
         if !body.contains(r#""source""#) {
@@ -109,7 +109,7 @@ impl<'a> Applying<'a> {
         let Ok(members) = input::members(body) else { return Ok(document()) };
         let Some(position) = members.iter().position(|(name, _)| name == "source") else { return Ok(document()) };
         let mut input = Input::new(parse_body(format!(r#"{{"source":{}}}"#, members[position].1.get()).as_bytes())?)?;
-        let source = plan_source::take(&mut input);
+        let source = plan_source::take(&mut input, insecure);
         input.finish()?;
         let mut request = String::with_capacity(body.len());
         for (index, (name, value)) in members.iter().enumerate() {
@@ -349,7 +349,7 @@ pub fn heal(
 
 /// Why an apply was refused, in one line: the error, and what it lists (the blocked
 /// changes' reasons, the policies' denials).
-fn refusal(error: &ApiError) -> String {
+pub(crate) fn refusal(error: &ApiError) -> String {
     let mut why = format!("{}: {}", error.code.as_str(), error.message);
     let details = error.details.as_ref();
     let listed = |list: &str| details.and_then(|details| details[list].as_array()).cloned().unwrap_or_default();
@@ -657,7 +657,7 @@ mod tests {
 
     /// The planner's request, and the source kept, of a document's apply `body`.
     fn read(body: &str) -> Result<(String, Option<Value>), ApiError> {
-        match Applying::read(body)? {
+        match Applying::read(body, false)? {
             Applying::Document { request, source } => {
                 Ok((request.into_owned(), source.map(|source| serde_json::from_str(&source).unwrap())))
             }
@@ -703,8 +703,8 @@ mod tests {
     #[test]
     fn a_proposals_apply_takes_the_proposals_source() {
         let body = r#"{"proposal": 1, "source": {"repo": "https://h/r", "commit": "abcdef0"}}"#;
-        let error = Applying::read(body).err().expect("a source beside a proposal");
+        let error = Applying::read(body, false).err().expect("a source beside a proposal");
         assert_eq!(paths(&error), ["/source"]);
-        assert!(Applying::read(r#"{"proposal": 1}"#).unwrap().source().is_none());
+        assert!(Applying::read(r#"{"proposal": 1}"#, false).unwrap().source().is_none());
     }
 }

@@ -16,7 +16,7 @@ use crate::calls::registry::{Method, MethodKind, Registry, handler};
 use crate::db::params;
 use crate::db::{self, Conn};
 
-pub fn register(registry: &mut Registry) {
+pub fn register(registry: &mut Registry, insecure: bool) {
     let mut paging = Page::schema_properties();
     paging.insert(
         "after".into(),
@@ -30,7 +30,7 @@ pub fn register(registry: &mut Registry) {
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": paging}),
                 json!({"type": "object", "required": ["revisions"], "properties": {
-                    "revisions": {"type": "array", "items": revision_schema(false)},
+                    "revisions": {"type": "array", "items": revision_schema(false, insecure)},
                     "oldest": {"type": "integer", "minimum": 1,
                                "description": "The oldest revision kept; those before it were pruned (serve --keep-revisions, --revisions-max-age)."}}}),
             ),
@@ -43,12 +43,12 @@ pub fn register(registry: &mut Registry) {
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "required": ["revision"], "properties": {
                     "revision": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}}}),
-                revision_schema(true),
+                revision_schema(true, insecure),
             ),
     );
 }
 
-fn revision_schema(whole: bool) -> Value {
+fn revision_schema(whole: bool, insecure: bool) -> Value {
     let mut schema = json!({"type": "object",
         "required": ["revision", "planHash", "appliedBy", "appliedAt", "calls", "prune"],
         "properties": {
@@ -63,7 +63,7 @@ fn revision_schema(whole: bool) -> Value {
                 "properties": {"policy": {"type": "string"}, "reason": {"type": "string"}}}},
             "proposal": {"type": "integer", "minimum": 1, "description": "The proposal this apply applied."},
             "rollbackOf": {"type": "integer", "minimum": 1, "description": "The revision whose document this apply put back (fleet rollback)."},
-            "source": plan_source::schema()}});
+            "source": plan_source::schema(insecure)}});
     if let Some(required) = schema["required"].as_array_mut() {
         required.push(json!("overrides"));
         if whole {

@@ -26,8 +26,10 @@ use std::sync::Arc;
 
 use crate::calls::registry::{Call, Composite, Method, MethodKind, Registry, StateReader};
 use crate::planner::Entry;
+pub(crate) use apply::refusal;
 use drift::Checks;
 pub use planning::Planning;
+pub(crate) use proposals::mark_stale;
 use schema::{
     apply_schemas, check_schemas, export_schemas, plan_schema, request_schema, snapshot_schemas, status_schemas,
 };
@@ -35,8 +37,8 @@ use schema::{
 pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Checks) {
     let catalog = &planning.modules.catalog;
     let (export_input, export_output) = export_schemas(catalog);
-    let (apply_input, apply_output) = apply_schemas(catalog);
-    let (status_input, status_output) = status_schemas();
+    let (apply_input, apply_output) = apply_schemas(catalog, planning.git_insecure);
+    let (status_input, status_output) = status_schemas(planning.git_insecure);
     let (snapshot_input, snapshot_output) = snapshot_schemas();
     let (check_input, check_output) = check_schemas();
     let run = |entry: Entry| {
@@ -60,7 +62,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
         Method::planner("fleet", "plan", MethodKind::Read, run(Entry::Plan))
             .answers_state(state)
             .summary("Diffs a FleetConfig document against the tenant's state: changes, exact calls, summary, blocked changes and a planHash. Changes nothing.")
-            .schemas(request_schema(catalog, false), plan_schema()),
+            .schemas(request_schema(catalog, false, false), plan_schema()),
     );
     registry.register(
         Method::planner("fleet", "apply", MethodKind::Mutation, {
@@ -70,7 +72,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
             .summary("Plans the document again and runs every planned call as the caller in one transaction; returns the plan and the number of calls applied. `{\"proposal\": N}` applies an approved proposal exactly as it was reviewed (SPEC §17).")
             .schemas(apply_input, apply_output),
     );
-    history::register(registry);
+    history::register(registry, planning.git_insecure);
     proposals::register(registry, planning);
     registry.register(
         Method::planner("fleet", "status", MethodKind::Read, {

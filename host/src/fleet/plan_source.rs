@@ -32,20 +32,26 @@ pub const COMMIT_PATTERN: &str = "^[0-9a-fA-F]{7,64}$";
 const LINE_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
 
 /// What `repo` must be: `https://host[:port]/path`, `ssh://[user@]host[:port]/path` or
-/// the scp-like `user@host:path`, with no password and no user on https.
-pub fn repo_pattern() -> String {
+/// the scp-like `user@host:path`, with no password and no user on https; and, where the
+/// deployment's git sources may fetch over insecure transports (`insecure`, `serve
+/// --git-allow-insecure`), what they fetch from too: `http://` and `git://` URLs of the
+/// same form, and `file:///path` (docs/decisions/0033).
+pub fn repo_pattern(insecure: bool) -> String {
     let url_path = format!("(/{SEGMENT}+)+/?");
+    let schemes = if insecure { "(https|http|git)" } else { "https" };
+    let file = if insecure { format!("|file://{url_path}") } else { String::new() };
     format!(
-        "^(https://{HOST}(:{PORT})?{url_path}|ssh://({USER}@)?{HOST}(:{PORT})?{url_path}|{USER}@{HOST}:[A-Za-z0-9._~!$&'()*+,;=:%/-]+)$"
+        "^({schemes}://{HOST}(:{PORT})?{url_path}|ssh://({USER}@)?{HOST}(:{PORT})?{url_path}|{USER}@{HOST}:[A-Za-z0-9._~!$&'()*+,;=:%/-]+{file})$"
     )
 }
 
-/// The schema of `source`, in a request and in an answer.
-pub fn schema() -> Value {
+/// The schema of `source`, in a request (`insecure` as in [`repo_pattern`]) and in an
+/// answer (`insecure`: every form a revision may hold).
+pub fn schema(insecure: bool) -> Value {
     json!({"type": "object", "additionalProperties": false, "required": ["repo", "commit"],
         "description": "Where the document came from (SPEC §20.2): kept with what it makes and shown with it, no part of the plan or its hash.",
         "properties": {
-            "repo": {"type": "string", "minLength": 1, "maxLength": MAX_CHARS, "pattern": repo_pattern(),
+            "repo": {"type": "string", "minLength": 1, "maxLength": MAX_CHARS, "pattern": repo_pattern(insecure),
                      "description": "The repository's URL, https or ssh, without credentials."},
             "commit": {"type": "string", "pattern": COMMIT_PATTERN, "description": "The commit, 7 to 64 hex digits."},
             "ref": {"type": "string", "minLength": 1, "maxLength": MAX_CHARS, "pattern": LINE_PATTERN,
@@ -56,9 +62,9 @@ pub fn schema() -> Value {
 
 /// Takes the request's `source`, if it has one: the JSON text to keep, or `None` with its
 /// problems added to `input` at their paths (`/source/repo`, …).
-pub fn take(input: &mut Input) -> Option<String> {
+pub fn take(input: &mut Input, insecure: bool) -> Option<String> {
     let value = input.take_optional("source")?;
-    let problems = problems(&value);
+    let problems = problems(&value, insecure);
     if problems.is_empty() {
         return Some(value.to_string());
     }
@@ -67,7 +73,7 @@ pub fn take(input: &mut Input) -> Option<String> {
 }
 
 /// Every problem of a `source` value, each at its JSON pointer.
-fn problems(value: &Value) -> Vec<Problem> {
+fn problems(value: &Value, insecure: bool) -> Vec<Problem> {
     let at = |member: &str| pointer(&["source", member]);
     let Value::Object(members) = value else {
         return vec![Problem {
@@ -80,7 +86,7 @@ fn problems(value: &Value) -> Vec<Problem> {
         let message = match members.get(member) {
             None if required => Some("is required".to_owned()),
             None => None,
-            Some(Value::String(text)) => problem_of(member, text),
+            Some(Value::String(text)) => problem_of(member, text, insecure),
             Some(_) => Some("must be a string".to_owned()),
         };
         if let Some(message) = message {
@@ -95,7 +101,7 @@ fn problems(value: &Value) -> Vec<Problem> {
 
 /// What is wrong with the string `text` as `member`, if anything. The value is never
 /// quoted back: a URL refused for its credentials must not carry them into an answer.
-fn problem_of(member: &str, text: &str) -> Option<String> {
+fn problem_of(member: &str, text: &str, insecure: bool) -> Option<String> {
     if member == "commit" {
         let hex = (7..=64).contains(&text.len()) && text.bytes().all(|byte| byte.is_ascii_hexdigit());
         return (!hex).then(|| "must be a commit's name: 7 to 64 hex digits".to_owned());
@@ -119,7 +125,7 @@ fn problem_of(member: &str, text: &str) -> Option<String> {
                 .into(),
         );
     }
-    (!is_repo(text)).then(|| {
+    (!is_repo(text, insecure)).then(|| {
         "must be an https or ssh URL: https://host/path, ssh://[user@]host[:port]/path or user@host:path".to_owned()
     })
 }
@@ -139,9 +145,19 @@ fn has_credentials(repo: &str) -> bool {
 }
 
 /// Whether `repo` matches [`repo_pattern`].
-fn is_repo(repo: &str) -> bool {
+fn is_repo(repo: &str, insecure: bool) -> bool {
     if let Some(rest) = repo.strip_prefix("https://") {
         return is_host_port_path(rest);
+    }
+    if insecure {
+        if let Some(rest) = repo.strip_prefix("http://").or_else(|| repo.strip_prefix("git://")) {
+            return is_host_port_path(rest);
+        }
+        if let Some(path) = repo.strip_prefix("file://") {
+            let path = path.strip_suffix('/').filter(|path| !path.is_empty()).unwrap_or(path);
+            return path.starts_with('/')
+                && path.split('/').skip(1).all(|segment| !segment.is_empty() && segment.chars().all(is_segment_char));
+        }
     }
     if let Some(rest) = repo.strip_prefix("ssh://") {
         return match rest.split_once('@') {
@@ -197,7 +213,7 @@ mod tests {
 
     /// The problems of `source` as `(path, message)`.
     fn refused(source: Value) -> Vec<(String, String)> {
-        problems(&source).into_iter().map(|problem| (problem.path, problem.message)).collect()
+        problems(&source, false).into_iter().map(|problem| (problem.path, problem.message)).collect()
     }
 
     fn paths(source: Value) -> Vec<String> {
@@ -319,27 +335,27 @@ mod tests {
     #[test]
     fn take_keeps_a_good_source_and_reports_a_bad_one_with_the_rest() {
         let mut input = Input::new(json!({"source": {"repo": "git@h:r", "commit": "abcdef0"}})).unwrap();
-        let kept = take(&mut input).expect("a good source");
+        let kept = take(&mut input, false).expect("a good source");
         assert_eq!(serde_json::from_str::<Value>(&kept).unwrap(), json!({"repo": "git@h:r", "commit": "abcdef0"}));
         input.finish().expect("nothing left");
 
         let mut input =
             Input::new(json!({"source": {"repo": "https://u:p@h/r", "commit": "abcdef0"}, "x": 1})).unwrap();
-        assert_eq!(take(&mut input), None);
+        assert_eq!(take(&mut input, false), None);
         let error = input.finish().expect_err("problems");
         let problems = error.details.as_ref().unwrap()["problems"].as_array().unwrap().clone();
         let paths: Vec<&str> = problems.iter().map(|problem| problem["path"].as_str().unwrap()).collect();
         assert_eq!(paths, ["/source/repo", "/x"]);
 
         let mut input = Input::new(json!({})).unwrap();
-        assert_eq!(take(&mut input), None);
+        assert_eq!(take(&mut input, false), None);
         input.finish().expect("no source is no problem");
     }
 
     #[test]
     fn the_pattern_is_the_grammar_written_out() {
         // The pieces the checks spell out one by one, as the pattern has them.
-        let pattern = repo_pattern();
+        let pattern = repo_pattern(false);
         for piece in [SEGMENT, HOST, PORT, USER] {
             assert!(pattern.contains(piece), "{piece}");
         }
@@ -351,7 +367,23 @@ mod tests {
             assert!(!is_port(port), "{port}");
         }
         for (member, text) in [("ref", "main"), ("path", "fleet/estate.yaml")] {
-            assert_eq!(problem_of(member, text), None);
+            assert_eq!(problem_of(member, text, false), None);
         }
+    }
+
+    #[test]
+    fn a_deployment_with_insecure_git_sources_takes_their_urls() {
+        let insecure = |repo: &str| problems(&json!({"repo": repo, "commit": COMMIT}), true);
+        for repo in
+            ["http://mirror.internal/estate.git", "git://127.0.0.1:9418/estate.git", "file:///srv/git/estate.git"]
+        {
+            assert_eq!(insecure(repo).len(), 0, "{repo}");
+            assert_eq!(paths(json!({"repo": repo, "commit": COMMIT})), ["/source/repo"], "{repo} without it");
+        }
+        for repo in ["http://u:p@h/r", "file://relative", "file:///a//b", "ftp://h/r", "ext::sh -c id"] {
+            assert_eq!(insecure(repo).len(), 1, "{repo}");
+        }
+        let pattern = repo_pattern(true);
+        assert!(pattern.starts_with("^((https|http|git)://") && pattern.contains("|file://"), "{pattern}");
     }
 }

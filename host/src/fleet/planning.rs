@@ -36,6 +36,9 @@ pub struct Planning {
     pub require_approval: bool,
     /// Which revisions an apply keeps (all by default).
     pub retention: history::Retention,
+    /// Git sources may fetch over http, git and file URLs (`serve --git-allow-insecure`),
+    /// so a revision's `source` may name one.
+    pub git_insecure: bool,
 }
 
 impl Planning {

@@ -51,7 +51,7 @@ pub(super) fn fleet_config_schema(catalog: &Catalog) -> Value {
     json!({"type": "object", "additionalProperties": false, "properties": sections})
 }
 
-pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
+pub(super) fn request_schema(catalog: &Catalog, apply: bool, insecure: bool) -> Value {
     let mut schema = json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
         "document": fleet_config_schema(catalog), "prune": {"type": "boolean", "default": false}}});
     if apply {
@@ -60,7 +60,7 @@ pub(super) fn request_schema(catalog: &Catalog, apply: bool) -> Value {
             "description": "Restore this revision whenever fleet.drift finds drift, with this token's authority."});
         schema["properties"]["rollbackOf"] = json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT,
             "description": "The revision whose document this is, put back (fleet rollback): kept on the revision the apply makes."});
-        schema["properties"]["source"] = plan_source::schema();
+        schema["properties"]["source"] = plan_source::schema(insecure);
         schema["properties"]["overrides"] = json!({"type": "array", "items": {"type": "object",
             "additionalProperties": false, "required": ["policy", "reason"], "properties": {
                 "policy": {"type": "string", "pattern": grammar::NAME_PATTERN},
@@ -166,15 +166,15 @@ pub(super) fn export_schemas(catalog: &Catalog) -> (Value, Value) {
 }
 
 /// The request and answer schemas of apply.
-pub(super) fn apply_schemas(catalog: &Catalog) -> (Value, Value) {
+pub(super) fn apply_schemas(catalog: &Catalog, insecure: bool) -> (Value, Value) {
     (
-        request_schema(catalog, true),
+        request_schema(catalog, true, insecure),
         json!({"type": "object", "properties": {"plan": plan_schema(), "applied": {"type": "integer", "minimum": 0}}}),
     )
 }
 
 /// The request and answer schemas of status.
-pub(super) fn status_schemas() -> (Value, Value) {
+pub(super) fn status_schemas(insecure: bool) -> (Value, Value) {
     (
         json!({"type": "object", "additionalProperties": false, "properties": {
         "refresh": {"type": "boolean", "default": false}}}),
@@ -184,7 +184,7 @@ pub(super) fn status_schemas() -> (Value, Value) {
             "revision": {"type": "integer", "minimum": 1}, "planHash": {"type": "string"}, "appliedBy": {"type": "string"},
             "appliedAt": {"type": "string", "format": "date-time"},
             "calls": {"type": "integer"}, "prune": {"type": "boolean"}, "heal": {"type": "boolean"},
-            "source": plan_source::schema(),
+            "source": plan_source::schema(insecure),
             "lastHeal": {"type": "object", "required": ["at", "calls"], "description": "The last time fleet.drift healed this revision.",
                 "properties": {"at": {"type": "string", "format": "date-time"}, "calls": {"type": "integer", "minimum": 0}}}}},
         "drift": {"type": "object", "properties": {

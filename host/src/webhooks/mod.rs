@@ -20,7 +20,6 @@ mod sign;
 use serde_json::{Value, json};
 
 pub use crate::reach::Reach;
-pub use at_rest::{Prepared, Rotated, prepare as prepare_secrets, rotate as rotate_secrets};
 pub use deliver::{Delivered, Deliverer, Schedule};
 pub use methods::register;
 

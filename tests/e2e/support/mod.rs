@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod edge_host;
+pub mod git;
 pub mod raw;
 
 use std::io::{BufRead, BufReader};

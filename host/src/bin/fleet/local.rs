@@ -96,9 +96,9 @@ pub fn rotate_secret_key(db_path: &Path, old: &Path, new: &Path) -> Result<()> {
         bail!("{} and {} hold the same key", old.display(), new.display());
     }
     let pool = db::open(db_path)?;
-    let rotated = fleet::webhooks::rotate_secrets(&pool.get()?, &old_key, &new_key)?;
+    let rotated = fleet::secrets::at_rest::rotate(&pool.get()?, &old_key, &new_key)?;
     println!(
-        "encrypted {} webhook secret(s) with the new key ({} were encrypted with the old key, {} unencrypted; {} had \
+        "encrypted {} secret(s) with the new key ({} were encrypted with the old key, {} unencrypted; {} had \
          the new key already); serve with --secret-key-file {}",
         rotated.resealed + rotated.encrypted,
         rotated.resealed,

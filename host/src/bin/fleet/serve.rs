@@ -126,6 +126,23 @@ pub(crate) struct Serve {
     /// are stored unencrypted; a database holding encrypted ones refuses to serve.
     #[arg(long, value_name = "FILE", env = "FLEET_SECRET_KEY_FILE")]
     secret_key_file: Option<PathBuf>,
+    /// Git sources may use http://, git:// and file:// URLs, not only https:// (tests and
+    /// in-house mirrors).
+    #[arg(long)]
+    git_allow_insecure: bool,
+    /// A network git sources may reach although it is not public; repeatable.
+    #[arg(long = "git-allow", value_name = "CIDR", value_parser = parse_network)]
+    git_allow: Vec<ipnet::IpNet>,
+    /// How long one fetch of a git source may take.
+    #[arg(long, default_value = "60s", value_parser = duration(LIMITS.timeout))]
+    git_timeout: Duration,
+    /// The most bytes one fetch of a git source may bring.
+    #[arg(long, value_name = "BYTES", default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    git_max_bytes: u64,
+    /// Where this replica keeps the git sources' fetched objects (default: a directory
+    /// beside the cache).
+    #[arg(long, value_name = "DIR")]
+    git_cache: Option<PathBuf>,
     /// Scales the webhooks' retry schedule and its 24-hour window (tests shorten them).
     #[arg(long, hide = true, default_value_t = 1.0)]
     webhook_time_scale: f64,
@@ -202,6 +219,13 @@ impl Serve {
         }
         config.webhook_schedule = fleet::webhooks::Schedule { scale: self.webhook_time_scale };
         config.secret_key = self.secret_key_file.as_deref().map(fleet::secrets::Key::read).transpose()?;
+        config.git.allow_insecure = self.git_allow_insecure;
+        config.git.allow = self.git_allow;
+        config.git.timeout = self.git_timeout;
+        config.git.max_bytes = self.git_max_bytes;
+        if let Some(cache) = self.git_cache.or_else(|| config.cache_dir.as_ref().map(|dir| dir.join("git"))) {
+            config.git.cache = cache;
+        }
         config.tls = self.tls_cert.zip(self.tls_key);
         config.plugin_budget.cpu = self.plugin_cpu;
         config.plugin_budget.memory_bytes = (self.plugin_memory_mib as usize) << 20;

@@ -33,7 +33,7 @@ struct CreateRequest<'a> {
 }
 
 impl<'a> CreateRequest<'a> {
-    fn read(body: &'a str) -> Result<CreateRequest<'a>, ApiError> {
+    fn read(body: &'a str, insecure: bool) -> Result<CreateRequest<'a>, ApiError> {
         let members = input::members(body)?;
         let mut request = CreateRequest { document: None, prune: false, title: String::new(), source: None };
         // The members but the document, read together, so that a problem's path names
@@ -51,7 +51,7 @@ impl<'a> CreateRequest<'a> {
         if request.title.chars().count() > MAX_TITLE {
             input.problem("title", format!("must be at most {MAX_TITLE} characters"));
         }
-        request.source = plan_source::take(&mut input);
+        request.source = plan_source::take(&mut input, insecure);
         if request.document.is_none() {
             input.problem("document", "is required");
         }
@@ -86,7 +86,7 @@ struct Approval {
 }
 
 pub(super) fn create(planning: &Planning, call: Call) -> Answer {
-    let request = match CreateRequest::read(call.body) {
+    let request = match CreateRequest::read(call.body, planning.git_insecure) {
         Ok(request) => request,
         Err(error) => return Answer::from(Err(error)),
     };

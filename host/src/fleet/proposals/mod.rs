@@ -46,7 +46,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
     let number = json!({"type": "integer", "minimum": 1, "maximum": MAX_COUNT});
     let by_number = json!({"type": "object", "additionalProperties": false, "required": ["number"],
         "properties": {"number": number}});
-    let answer = json!({"type": "object", "required": ["proposal"], "properties": {"proposal": proposal_schema()}});
+    let answer = json!({"type": "object", "required": ["proposal"], "properties": {"proposal": proposal_schema(planning.git_insecure)}});
     let composite = |run: fn(&Planning, Call<'_>) -> Answer| -> Composite {
         let planning = planning.clone();
         Arc::new(move |call: Call<'_>| run(&planning, call))
@@ -60,7 +60,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
                 json!({"type": "object", "additionalProperties": false, "required": ["document"], "properties": {
                     "document": fleet_config_schema(&planning.modules.catalog), "prune": {"type": "boolean", "default": false},
                     "title": {"type": "string", "maxLength": MAX_TITLE, "pattern": TEXT_PATTERN},
-                    "source": plan_source::schema()}}),
+                    "source": plan_source::schema(planning.git_insecure)}}),
                 answer.clone(),
             ),
     );
@@ -88,7 +88,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": listing}),
                 json!({"type": "object", "required": ["proposals"], "properties": {
-                    "proposals": {"type": "array", "items": proposal_schema()}}}),
+                    "proposals": {"type": "array", "items": proposal_schema(planning.git_insecure)}}}),
             ),
     );
     registry.register(
@@ -111,7 +111,7 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>) {
     );
 }
 
-fn proposal_schema() -> Value {
+fn proposal_schema(insecure: bool) -> Value {
     json!({"type": "object",
         "required": ["number", "title", "state", "author", "createdAt", "planHash", "prune", "summary", "reviews", "approved"],
         "properties": {
@@ -121,7 +121,7 @@ fn proposal_schema() -> Value {
             "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, "prune": {"type": "boolean"},
             "summary": {"type": "object"}, "reviews": {"type": "array", "items": review_schema()},
             "approved": {"type": "boolean"}, "revision": {"type": "integer", "minimum": 1},
-            "source": plan_source::schema()}})
+            "source": plan_source::schema(insecure)}})
 }
 
 /// A proposal as it is stored, its reviews with it.
@@ -288,7 +288,7 @@ pub(in crate::fleet) fn mark_applied(
 
 /// After an apply that found the proposal's plan changed: in a transaction of its own
 /// (the apply's rolled back), the proposal becomes stale, if it is still open.
-pub(in crate::fleet) fn mark_stale(db: &Conn, caller: &Caller, number: i64) -> Result<(), ApiError> {
+pub(crate) fn mark_stale(db: &Conn, caller: &Caller, number: i64) -> Result<(), ApiError> {
     db::begin(db, db::Tx::Write(&caller.tenant))?;
     let marked = load(db, &caller.tenant, number).and_then(|mut stored| {
         if stored.state != "open" {

@@ -15,6 +15,8 @@
 //! Nothing here ever puts a value in an error or a log line: the errors say what failed,
 //! and the caller names the row.
 
+pub mod at_rest;
+
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;

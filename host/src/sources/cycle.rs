@@ -1,0 +1,445 @@
+//! One cycle of a source (SPEC §20.3, "One cycle"): the branch's head, whether it
+//! descends from what was applied, the document at `path`, its signature, its plan, and
+//! what the mode does with it; then the status and an event when the state changed.
+//!
+//! Every step runs with the authority of the token that put the source, through the
+//! dispatcher, as a request of that token would: a plan is `compute.fleet.plan`, an apply
+//! `compute.fleet.apply` (policies, audit, `fleet.applied`, the revision's `source`), a
+//! proposal `compute.proposals.create`. A cycle runs on a blocking thread; the fetches
+//! it waits for run on the runtime.
+
+use serde_json::{Value, json};
+
+use super::git::{Credential, Git, GitError, Remote};
+use super::signature::{self, Signer, Verdict};
+use super::source::{Mode, Status, Stored};
+use crate::api::{ApiError, Code};
+use crate::calls::Dispatcher;
+use crate::calls::auth::Caller;
+use crate::db::{self, Tx, params};
+use crate::events::{self, Wake};
+use crate::fleet::{self, files};
+use crate::secrets::{self, Key, Place};
+
+/// What asked for a cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// Its interval passed, or a hook came: nothing to do when the head did not move.
+    Due,
+    /// `refresh`: fetch and act now, even on the head it settled on.
+    Refresh,
+    /// `sync`: apply the document at `commit` (the head if none), in any mode,
+    /// pinned to `plan_hash` if given.
+    Sync { commit: Option<String>, plan_hash: Option<String> },
+}
+
+/// What a cycle needs: where it fetches, the dispatcher its requests run through, and
+/// the key that opens the source's credential.
+pub struct Cycles<'a> {
+    pub git: &'a Git,
+    pub dispatcher: &'a Dispatcher,
+    pub key: Option<&'a Key>,
+    /// Wakes this process's event streams when a cycle published an event.
+    pub wake: &'a Wake,
+}
+
+/// How a cycle ended: the status to record, whether the head is settled (the same head
+/// next time is nothing to do), and the plan hash and error its event tells.
+struct Ending {
+    status: Status,
+    settled: bool,
+    plan_hash: Option<String>,
+}
+
+impl Cycles<'_> {
+    /// Runs one cycle of `source` and records what it found; the status after it.
+    pub fn run(&self, source: &Stored, settled_commit: Option<&str>, ask: &Ask) -> Result<Status, ApiError> {
+        let mut status = source.status.clone();
+        status.error = None;
+        let ending = match self.cycle(source, settled_commit, ask, &mut status) {
+            Ok(ending) => ending,
+            Err(Failure::Failing(error)) => {
+                status.state = "failing".into();
+                status.error = Some(error);
+                Ending { status, settled: false, plan_hash: None }
+            }
+            Err(Failure::Api(error)) => return Err(error),
+        };
+        // A pinned source in step with its commit says so: it ignores the branch.
+        let mut ending = ending;
+        if source.pinned.is_some() && ending.status.state == "synced" {
+            ending.status.state = "pinned".into();
+        }
+        self.record(source, ending)
+    }
+
+    fn cycle(
+        &self,
+        source: &Stored,
+        settled_commit: Option<&str>,
+        ask: &Ask,
+        status: &mut Status,
+    ) -> Result<Ending, Failure> {
+        let credential = self.credential(source)?;
+        let remote = Remote { url: &source.url, credential: credential.as_ref() };
+        let caller = self.caller(source)?;
+
+        // 0. An open proposal of the source approved since is applied first.
+        if let Some(ending) = self.apply_approved(source, &caller, status)? {
+            return Ok(ending);
+        }
+
+        // 1. The branch's head: the same as last time is nothing to do.
+        let head = block(self.git.head(&remote, &source.branch)).map_err(Failure::git)?;
+        status.head_commit = Some(head.clone());
+        status.fetched_at = Some(db::now());
+        let (target, plan_hash) = match ask {
+            Ask::Sync { commit, plan_hash } => (commit.clone().unwrap_or_else(|| head.clone()), plan_hash.clone()),
+            Ask::Due | Ask::Refresh => (source.pinned.clone().unwrap_or_else(|| head.clone()), None),
+        };
+        if *ask == Ask::Due && settled_commit == Some(&target) {
+            return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
+        }
+        let cache = &source.id;
+        block(self.git.fetch(cache, &remote, &target)).map_err(Failure::git)?;
+
+        // 2. A head that does not descend from what was applied: a force push.
+        let following = matches!(ask, Ask::Due | Ask::Refresh) && source.pinned.is_none();
+        if let (true, Some(applied)) = (following, status.applied_commit.clone())
+            && applied != target
+            && !block(self.git.descends(cache, &remote, &applied, &target)).map_err(Failure::git)?
+        {
+            status.state = "diverged".into();
+            status.error = Some(format!(
+                "{} of {} does not descend from {}, the commit applied last (a force push?): \
+                 nothing is applied until a sync names a commit",
+                short(&target),
+                source.branch,
+                short(&applied)
+            ));
+            return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
+        }
+        status.changed_in = block(self.git.changed_in(cache, status.applied_commit.as_deref(), &target, &source.path))
+            .map_err(Failure::git)?
+            .or_else(|| status.changed_in.clone());
+
+        // 3. The document at `path`: missing or unreadable is failing, never a prune.
+        let document = block(self.git.read(cache, &target, &source.path)).map_err(Failure::git)?;
+        let same_document = status.applied_document.as_deref() == Some(document.id.as_str());
+        let parsed = document.files.iter().map(|(name, text)| {
+            files::parse(name, text).map(|value| (name.clone(), value)).map_err(|error| error.to_string())
+        });
+        let parsed: Vec<(String, Value)> = parsed.collect::<Result<_, _>>().map_err(Failure::Failing)?;
+        let merged = files::merge(parsed).map_err(|problems| {
+            let listed: Vec<String> =
+                problems.listed().iter().map(|problem| format!("{}: {}", problem.path, problem.message)).collect();
+            Failure::Failing(format!("the document at {} does not merge: {}", source.path, listed.join("; ")))
+        })?;
+        if same_document && following && status.state != "outOfSync" {
+            status.state = "synced".into();
+            return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
+        }
+
+        // 4. With signers, the commit must be signed by one of them.
+        if !source.signers.is_empty() {
+            let raw = block(self.git.raw_commit(cache, &target)).map_err(Failure::git)?;
+            let signers: Vec<Signer> = source.signers.iter().filter_map(|line| Signer::parse(line).ok()).collect();
+            let verdict = signature::verify(&raw, &signers);
+            if !matches!(verdict, Verdict::Signed { .. }) {
+                status.state = "unverified".into();
+                status.error = Some(unverified(&target, &verdict));
+                return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
+            }
+        }
+
+        // 5. The plan, made as the source's principal; 6. what the mode does with it.
+        let origin = json!({"repo": source.url, "commit": target, "ref": format!("refs/heads/{}", source.branch),
+            "path": source.path});
+        let request = json!({"document": merged, "prune": source.prune});
+        let plan: Value = self.call(&caller, "compute.fleet.plan", &request)?;
+        let planned_hash = plan["planHash"].as_str().unwrap_or_default().to_owned();
+        let has_calls = plan["calls"].as_array().is_some_and(|calls| !calls.is_empty());
+        let attempt = |error: Option<&str>| {
+            let mut attempt = json!({"commit": target, "at": db::now(), "planHash": planned_hash});
+            if let Some(error) = error {
+                attempt["error"] = json!(error);
+            }
+            attempt
+        };
+        let mode = match ask {
+            Ask::Sync { .. } => Mode::Auto,
+            Ask::Due | Ask::Refresh => source.mode,
+        };
+        let applying = match mode {
+            Mode::Observe => {
+                status.state = if has_calls { "outOfSync" } else { "synced" }.into();
+                status.last_attempt = Some(attempt(None));
+                return Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(planned_hash) });
+            }
+            Mode::Propose if has_calls => None,
+            Mode::Propose | Mode::Auto => Some(plan_hash.unwrap_or_else(|| planned_hash.clone())),
+        };
+        let applied = match applying {
+            Some(plan_hash) => {
+                let mut request = request.clone();
+                request["planHash"] = json!(plan_hash);
+                request["source"] = origin.clone();
+                self.call(&caller, "compute.fleet.apply", &request).map(Some)
+            }
+            None => Ok(None),
+        };
+        match applied {
+            Ok(Some(answer)) => {
+                status.state = "synced".into();
+                status.applied_commit = Some(target.clone());
+                status.applied_document = Some(document.id);
+                status.applied_revision = self.revision(&source.tenant)?.or(status.applied_revision);
+                status.proposal = None;
+                status.last_attempt = Some(attempt(None));
+                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
+                Ok(Ending { status: status.clone(), settled: true, plan_hash })
+            }
+            // A plan that needs approval goes to reviewers, as in propose.
+            Ok(None) => self.propose(source, &caller, status, &request, origin, &target, &planned_hash),
+            Err(Failure::Api(error)) if error.code == Code::ApprovalRequired => {
+                self.propose(source, &caller, status, &request, origin, &target, &planned_hash)
+            }
+            Err(Failure::Api(error)) => {
+                let (state, settled) = match error.code {
+                    Code::InvalidState => ("blocked", true),
+                    Code::PolicyDenied => ("denied", true),
+                    // Tried again next cycle.
+                    Code::ConfigDrift => ("outOfSync", false),
+                    Code::Unavailable | Code::Internal | Code::ResourceExhausted => return Err(Failure::Api(error)),
+                    _ => ("failing", false),
+                };
+                let why = fleet::refusal(&error);
+                status.state = state.into();
+                status.error = Some(why.clone());
+                status.last_attempt = Some(attempt(Some(&why)));
+                Ok(Ending { status: status.clone(), settled, plan_hash: Some(planned_hash) })
+            }
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// Opens a proposal for `target` unless one is open for it already; an open one of an
+    /// older commit of this source is stale.
+    #[allow(clippy::too_many_arguments)]
+    fn propose(
+        &self,
+        source: &Stored,
+        caller: &Caller,
+        status: &mut Status,
+        request: &Value,
+        origin: Value,
+        target: &str,
+        plan_hash: &str,
+    ) -> Result<Ending, Failure> {
+        let open = status.proposal.and_then(|number| self.proposal(caller, number).ok().map(|it| (number, it)));
+        if let Some((number, proposal)) = &open
+            && proposal["state"] == "open"
+        {
+            if proposal["source"]["commit"] == target {
+                status.state = "awaitingApproval".into();
+                return Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(plan_hash.to_owned()) });
+            }
+            fleet::mark_stale(&self.dispatcher.db().get().map_err(ApiError::from)?, caller, *number)?;
+        }
+        let title = format!("{} at {}", source.branch, short(target));
+        let mut proposing = json!({"document": request["document"], "prune": request["prune"], "title": title});
+        proposing["source"] = origin;
+        let created = self.call(caller, "compute.proposals.create", &proposing)?;
+        status.state = "awaitingApproval".into();
+        status.proposal = created["proposal"]["number"].as_i64();
+        status.last_attempt = Some(json!({"commit": target, "at": db::now(), "planHash": plan_hash}));
+        Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(plan_hash.to_owned()) })
+    }
+
+    /// Step 0: the source's open proposal, approved since, applied as it was reviewed.
+    fn apply_approved(&self, source: &Stored, caller: &Caller, status: &mut Status) -> Result<Option<Ending>, Failure> {
+        let Some(number) = status.proposal else { return Ok(None) };
+        let Ok(proposal) = self.proposal(caller, number) else { return Ok(None) };
+        if proposal["state"] != "open" || proposal["approved"] != true {
+            return Ok(None);
+        }
+        let commit = proposal["source"]["commit"].as_str().unwrap_or_default().to_owned();
+        match self.call(caller, "compute.fleet.apply", &json!({"proposal": number})) {
+            Ok(answer) => {
+                status.state = "synced".into();
+                status.applied_commit = Some(commit.clone());
+                status.applied_revision = self.revision(&source.tenant)?.or(status.applied_revision);
+                // The document's id is that of the proposal's commit: read again next cycle.
+                status.applied_document = None;
+                status.proposal = None;
+                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
+                status.last_attempt = Some(json!({"commit": commit, "at": db::now(), "planHash": plan_hash}));
+                Ok(Some(Ending { status: status.clone(), settled: false, plan_hash }))
+            }
+            // A stale proposal: the cycle proposes again.
+            Err(Failure::Api(error)) if error.code == Code::ConfigDrift => {
+                status.proposal = None;
+                Ok(None)
+            }
+            Err(failure) => Err(failure),
+        }
+    }
+
+    fn proposal(&self, caller: &Caller, number: i64) -> Result<Value, Failure> {
+        let answer = self.call(caller, "compute.proposals.get", &json!({"number": number}))?;
+        Ok(answer["proposal"].clone())
+    }
+
+    /// The token that put the source, as a caller now: refused (the source is failing,
+    /// saying why) when it expired, was revoked, or may not plan.
+    fn caller(&self, source: &Stored) -> Result<Caller, Failure> {
+        match self.dispatcher.caller_of_token(&source.tenant, &source.token, "compute.fleet.plan")? {
+            Ok(caller) => Ok(caller),
+            Err(refused) => Err(Failure::Failing(format!("the source acts as the token that put it: {refused}"))),
+        }
+    }
+
+    /// Runs `method` as `caller`; its answer as JSON.
+    fn call(&self, caller: &Caller, method: &str, body: &Value) -> Result<Value, Failure> {
+        let output = self.dispatcher.run_named(caller.clone(), method, body.to_string().as_bytes())?;
+        Ok(serde_json::from_str(&output).map_err(ApiError::internal)?)
+    }
+
+    fn credential(&self, source: &Stored) -> Result<Option<Credential>, Failure> {
+        let db = self.dispatcher.db().get().map_err(ApiError::from)?;
+        let stored: Option<Option<String>> =
+            db.query_opt("SELECT credential FROM sources WHERE tenant = ?1", params![&source.tenant], |row| {
+                row.get(0)
+            })?;
+        let Some(stored) = stored.flatten() else { return Ok(None) };
+        let place = Place { column: "sources.credential", row: &[&source.tenant] };
+        let text = secrets::reveal(self.key, &stored, place)
+            .map_err(|error| Failure::Failing(format!("the source's credential cannot be read: {error}")))?;
+        let value: Value = serde_json::from_str(&text).map_err(ApiError::internal)?;
+        let token = value["token"].as_str().unwrap_or_default().to_owned();
+        Ok(Some(Credential { username: value["username"].as_str().map(str::to_owned), token }))
+    }
+
+    fn revision(&self, tenant: &str) -> Result<Option<i64>, ApiError> {
+        let db = self.dispatcher.db().get()?;
+        Ok(db
+            .query_opt("SELECT revision FROM fleet_applied WHERE tenant = ?1", params![tenant], |row| {
+                row.get::<Option<i64>>(0)
+            })?
+            .flatten())
+    }
+
+    /// Records what the cycle found, if the source is still the one it ran for (a put
+    /// since replaced it), and publishes `source.<state>` when the state or its commit
+    /// changed.
+    fn record(&self, source: &Stored, ending: Ending) -> Result<Status, ApiError> {
+        let Ending { status, settled, plan_hash } = ending;
+        let db = self.dispatcher.db().get()?;
+        db::transaction(&db, Tx::Write(&source.tenant), |db| {
+            let attempt = status.last_attempt.as_ref().map(Value::to_string);
+            let changed = db.execute(
+                "UPDATE sources SET state = ?3, head_commit = ?4, fetched_at = ?5, applied_commit = ?6,
+                   applied_revision = ?7, applied_document = ?8, changed_in = ?9, proposal = ?10,
+                   last_attempt = ?11, error = ?12,
+                   settled_commit = CASE WHEN ?13 THEN ?14 ELSE settled_commit END, updated_at = ?15
+                 WHERE tenant = ?1 AND id = ?2",
+                params![
+                    &source.tenant,
+                    &source.id,
+                    &status.state,
+                    status.head_commit.as_deref(),
+                    status.fetched_at.as_deref(),
+                    status.applied_commit.as_deref(),
+                    status.applied_revision,
+                    status.applied_document.as_deref(),
+                    status.changed_in.as_deref(),
+                    status.proposal,
+                    attempt.as_deref(),
+                    status.error.as_deref(),
+                    settled,
+                    source.pinned.as_deref().or(status.head_commit.as_deref()),
+                    &db::now(),
+                ],
+            )?;
+            let before = (&source.status.state, &source.status.head_commit);
+            if changed > 0
+                && before != (&status.state, &status.head_commit)
+                && let Some(kind) = event_of(&status.state)
+            {
+                let mut data = json!({"commit": status.head_commit, "state": status.state});
+                if let Some(plan_hash) = &plan_hash {
+                    data["planHash"] = json!(plan_hash);
+                }
+                if let Some(error) = &status.error {
+                    data["error"] = json!(error);
+                }
+                events::publish(db, &source.tenant, kind, &data)?;
+            }
+            Ok(())
+        })?;
+        let _ = self.wake.send(());
+        Ok(status)
+    }
+}
+
+/// The event a state is announced by.
+fn event_of(state: &str) -> Option<&'static str> {
+    Some(match state {
+        "outOfSync" => events::SOURCE_OUT_OF_SYNC,
+        "synced" => events::SOURCE_SYNCED,
+        "awaitingApproval" => events::SOURCE_PROPOSED,
+        "blocked" => events::SOURCE_BLOCKED,
+        "diverged" => events::SOURCE_DIVERGED,
+        "failing" => events::SOURCE_FAILING,
+        "unverified" => events::SOURCE_UNVERIFIED,
+        _ => return None,
+    })
+}
+
+/// Why a cycle stopped short: the source is failing (said why), or the server could
+/// not go on (an outage or a bug, for the runner to log; the cycle is tried again).
+enum Failure {
+    Failing(String),
+    Api(ApiError),
+}
+
+impl From<ApiError> for Failure {
+    fn from(error: ApiError) -> Failure {
+        Failure::Api(error)
+    }
+}
+
+impl From<crate::db::Error> for Failure {
+    fn from(error: crate::db::Error) -> Failure {
+        Failure::Api(error.into())
+    }
+}
+
+impl Failure {
+    fn git(error: GitError) -> Failure {
+        Failure::Failing(error.to_string())
+    }
+}
+
+fn unverified(commit: &str, verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Unsigned => {
+            format!("{} carries no SSH signature; the source applies only signed commits", short(commit))
+        }
+        Verdict::UnknownSigner { fingerprint } => {
+            format!("{} is signed by {fingerprint}, which is not among the source's signers", short(commit))
+        }
+        Verdict::BadSignature(why) => format!("{}'s signature does not verify: {why}", short(commit)),
+        Verdict::Signed { .. } => String::new(),
+    }
+}
+
+/// Waits on a blocking thread for what runs on the runtime (a fetch).
+fn block<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Handle::current().block_on(future)
+}
+
+/// A commit as people name it: its first 12 hex digits.
+pub fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}

@@ -1,0 +1,205 @@
+//! Git sources (SPEC §20.3): a tenant's document pulled from a repository's branch and
+//! planned, proposed or applied by a cycle — `git` reaches the repository, `signature`
+//! tells who signed a commit, `source` reads and keeps the source, `methods` serves
+//! `compute.sources.*`, and `cycle` is one cycle, which the [`Runner`] runs for every
+//! due source once among the replicas (claimed in the database, as drift checks are)
+//! and for the methods that ask for one now.
+
+pub mod cycle;
+pub mod git;
+mod methods;
+pub mod signature;
+pub mod source;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api::{ApiError, Code};
+use crate::calls::Dispatcher;
+use crate::db::{self, params};
+use crate::events::Wake;
+use crate::secrets::Key;
+pub use cycle::Ask;
+use cycle::Cycles;
+pub use methods::register;
+
+/// How long a replica holds a cycle it claimed: past it, another may run it (the holder
+/// died). Longer than any fetch and apply of a cycle.
+const CLAIM: Duration = Duration::from_secs(15 * 60);
+/// How often a replica looks for due sources.
+const POLL: Duration = Duration::from_secs(5);
+
+/// A request to run one tenant's cycle now, and where its answer goes.
+struct Asked {
+    tenant: String,
+    ask: Ask,
+    answer: oneshot::Sender<Result<Value, ApiError>>,
+}
+
+/// What the methods ask the runner through: a cycle now (`refresh`, `sync`).
+#[derive(Clone)]
+pub struct Asking(mpsc::Sender<Asked>);
+
+/// Where the runner receives what [`Asking`] asks.
+pub struct Asks(mpsc::Receiver<Asked>);
+
+pub fn asking() -> (Asking, Asks) {
+    let (sender, receiver) = mpsc::channel(64);
+    (Asking(sender), Asks(receiver))
+}
+
+impl Asking {
+    /// Runs `tenant`'s cycle now and answers its source afterwards. Called on a
+    /// blocking thread: it waits for the runner.
+    pub fn cycle_now(&self, tenant: &str, ask: Ask) -> Result<Value, ApiError> {
+        let stopped = || ApiError::new(Code::Unavailable, "the sources' runner is not running; try again shortly");
+        let (answer, answered) = oneshot::channel();
+        self.0.blocking_send(Asked { tenant: tenant.to_owned(), ask, answer }).map_err(|_| stopped())?;
+        answered.blocking_recv().map_err(|_| stopped())?
+    }
+}
+
+/// Runs the sources' cycles: every due one once among the replicas on the database, and
+/// those the methods ask for now.
+pub struct Runner {
+    dispatcher: Arc<Dispatcher>,
+    git: Arc<git::Git>,
+    key: Option<Key>,
+    wake: Wake,
+    replica: String,
+}
+
+impl Runner {
+    pub fn new(dispatcher: Arc<Dispatcher>, git: Arc<git::Git>, key: Option<Key>, wake: Wake) -> Runner {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
+        let replica = format!("{}:{}", host.trim(), std::process::id());
+        Runner { dispatcher, git, key, wake, replica }
+    }
+
+    /// Polls for due sources and serves what is asked, until `shutdown` resolves.
+    pub async fn run(self: Arc<Self>, asks: Asks, shutdown: impl std::future::Future<Output = ()>) {
+        let mut poll = tokio::time::interval(POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut asks = asks.0;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = poll.tick() => {
+                    let runner = self.clone();
+                    match tokio::task::spawn_blocking(move || runner.run_due()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::error!(%error, "the sources' runner could not claim its cycles"),
+                        Err(error) => tracing::error!(%error, "a source's cycle panicked"),
+                    }
+                }
+                Some(asked) = asks.recv() => {
+                    let runner = self.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let _ = asked.answer.send(runner.cycle_now(&asked.tenant, &asked.ask));
+                    });
+                }
+                () = &mut shutdown => return,
+            }
+        }
+    }
+
+    /// Claims the due sources one at a time and runs each one's cycle.
+    fn run_due(&self) -> Result<(), ApiError> {
+        while let Some(tenant) = self.claim(None)? {
+            if let Err(error) = self.cycle(&tenant, &Ask::Due) {
+                tracing::error!(%tenant, %error, "a source's cycle failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// A cycle asked for now: claimed first, waiting a little for one another replica
+    /// runs; the source as it is afterwards.
+    fn cycle_now(&self, tenant: &str, ask: &Ask) -> Result<Value, ApiError> {
+        let mut waited = Duration::ZERO;
+        while self.claim(Some(tenant))?.is_none() {
+            if source::stored(&self.dispatcher.db().get()?, tenant)?.is_none() {
+                return Err(no_source());
+            }
+            if waited >= Duration::from_secs(30) {
+                return Err(ApiError::new(
+                    Code::Unavailable,
+                    "another cycle of the source is running; try again shortly",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            waited += Duration::from_millis(200);
+        }
+        self.cycle(tenant, ask)?;
+        let stored = source::stored(&self.dispatcher.db().get()?, tenant)?.ok_or_else(no_source)?;
+        Ok(serde_json::json!({"source": stored.json()}))
+    }
+
+    /// One claimed cycle; the claim ends with it, the source due again an interval on.
+    fn cycle(&self, tenant: &str, ask: &Ask) -> Result<(), ApiError> {
+        let db = self.dispatcher.db().get()?;
+        let stored = source::stored(&db, tenant)?;
+        let settled: Option<Option<String>> =
+            db.query_opt("SELECT settled_commit FROM sources WHERE tenant = ?1", params![tenant], |row| row.get(0))?;
+        drop(db);
+        let ran = match &stored {
+            Some(stored) => {
+                let cycles =
+                    Cycles { git: &self.git, dispatcher: &self.dispatcher, key: self.key.as_ref(), wake: &self.wake };
+                cycles.run(stored, settled.flatten().as_deref(), ask).map(|_| ())
+            }
+            None => Ok(()),
+        };
+        let interval = stored.as_ref().map_or(0, |stored| stored.interval_ms);
+        // A tenth of the interval of jitter, so that sources put together spread out.
+        let jitter = rand::random_range(0..=interval / 10);
+        let due = now_ms().saturating_add(interval).saturating_add(jitter);
+        self.dispatcher.db().get()?.execute(
+            "UPDATE sources SET holder = NULL, claimed_until_ms = NULL, due_ms = ?3 WHERE tenant = ?1 AND holder = ?2",
+            params![tenant, &self.replica, due],
+        )?;
+        ran
+    }
+
+    /// Claims one due source (or `tenant`'s, due or not): one statement, so that of the
+    /// replicas that poll together exactly one claims it.
+    fn claim(&self, tenant: Option<&str>) -> Result<Option<String>, ApiError> {
+        let db = self.dispatcher.db().get()?;
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(CLAIM.as_millis()).unwrap_or(i64::MAX));
+        let free = "(claimed_until_ms IS NULL OR claimed_until_ms <= ?2)";
+        let sql = match (tenant, db.backend()) {
+            (Some(_), _) => format!(
+                "UPDATE sources SET holder = ?1, claimed_until_ms = ?3 WHERE tenant = ?4 AND {free} RETURNING tenant"
+            ),
+            (None, db::Backend::Postgres) => format!(
+                "WITH due AS MATERIALIZED (SELECT tenant FROM sources WHERE due_ms <= ?2 AND {free}
+                   ORDER BY due_ms, tenant LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 UPDATE sources SET holder = ?1, claimed_until_ms = ?3 FROM due
+                 WHERE sources.tenant = due.tenant AND due_ms <= ?2 AND {free} RETURNING sources.tenant"
+            ),
+            (None, db::Backend::Sqlite) => format!(
+                "UPDATE sources SET holder = ?1, claimed_until_ms = ?3
+                 WHERE tenant = (SELECT tenant FROM sources WHERE due_ms <= ?2 AND {free} ORDER BY due_ms, tenant LIMIT 1)
+                   AND due_ms <= ?2 AND {free} RETURNING tenant"
+            ),
+        };
+        let claimed = match tenant {
+            Some(tenant) => db.query_opt(&sql, params![&self.replica, now, until, tenant], |row| row.get(0))?,
+            None => db.query_opt(&sql, params![&self.replica, now, until], |row| row.get(0))?,
+        };
+        Ok(claimed)
+    }
+}
+
+fn no_source() -> ApiError {
+    ApiError::not_found("the tenant has no source; put one with compute.sources.put")
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    crate::fleet::drift::now_ms()
+}

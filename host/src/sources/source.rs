@@ -1,0 +1,373 @@
+//! A tenant's source as `put` reads it and the database keeps it (SPEC §20.3): the
+//! request checked field by field, the stored row, and the `Source` every method
+//! answers — never its credential or hook secret, only whether a credential is set.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::git::{Credential, Git};
+use super::signature::Signer;
+use crate::api::{ApiError, Problem};
+use crate::calls::input::Input;
+use crate::db::{Conn, params};
+
+/// The shortest interval between two cycles a source may ask for.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
+/// The longest: a day.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+/// What `interval` is when a put does not say.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(180);
+/// The most allowed signers a source lists.
+pub const MAX_SIGNERS: usize = 32;
+
+/// How a source acts on a new commit (SPEC §20.3, step 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Observe,
+    Propose,
+    Auto,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Observe => "observe",
+            Mode::Propose => "propose",
+            Mode::Auto => "auto",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Mode> {
+        [Mode::Observe, Mode::Propose, Mode::Auto].into_iter().find(|mode| mode.as_str() == text)
+    }
+}
+
+/// What a `put` asks for, checked.
+pub struct Put {
+    pub url: String,
+    pub branch: String,
+    pub path: String,
+    pub mode: Mode,
+    pub prune: bool,
+    pub heal: bool,
+    pub interval: Duration,
+    pub credential: Option<Credential>,
+    pub signers: Vec<String>,
+}
+
+impl Put {
+    /// Reads a put's body: every problem at once, at its path, before anything is
+    /// stored; the URL's form and every address its host resolves to are checked by
+    /// the rules the fetch keeps (`git`).
+    pub fn read(body: Value, git: &Git) -> Result<Put, ApiError> {
+        let mut input = Input::new(body)?;
+        let url = input.string("url", true);
+        let branch = input.string("branch", false).unwrap_or_else(|| "main".to_owned());
+        let path = input.string("path", false).unwrap_or_else(|| ".".to_owned());
+        let mode = input.string("mode", true);
+        let prune = input.boolean("prune", false).unwrap_or(false);
+        let heal = input.boolean("heal", false).unwrap_or(false);
+        let interval = input.string("interval", false);
+        let credential = input.take_optional("credential");
+        let signers = input.take_optional("signers");
+        if let Some(url) = &url
+            && let Err(why) = git.check_url(url)
+        {
+            input.problem("url", why);
+        }
+        if let Err(why) = check_branch(&branch) {
+            input.problem("branch", why);
+        }
+        if let Err(why) = check_path(&path) {
+            input.problem("path", why);
+        }
+        let mode = mode.and_then(|mode| {
+            let parsed = Mode::parse(&mode);
+            if parsed.is_none() {
+                input.problem("mode", "must be observe, propose or auto");
+            }
+            parsed
+        });
+        let interval = match interval.as_deref().map(humantime::parse_duration) {
+            None => DEFAULT_INTERVAL,
+            Some(Ok(interval)) if (MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) => interval,
+            Some(_) => {
+                input.problem("interval", "must be a duration from 1m to 24h, such as \"3m\"");
+                DEFAULT_INTERVAL
+            }
+        };
+        let credential = credential.and_then(|credential| match read_credential(credential) {
+            Ok(credential) => Some(credential),
+            Err(problems) => {
+                input.extend(problems);
+                None
+            }
+        });
+        let signers = match signers {
+            None => Vec::new(),
+            Some(Value::Array(lines)) if lines.len() <= MAX_SIGNERS => {
+                let mut signers = Vec::new();
+                for (index, line) in lines.iter().enumerate() {
+                    match line.as_str().map(|line| (line, Signer::parse(line))) {
+                        Some((line, Ok(_))) => signers.push(line.trim().to_owned()),
+                        Some((_, Err(why))) => {
+                            input.extend([Problem { path: format!("/signers/{index}"), message: why }]);
+                        }
+                        None => input.extend([Problem {
+                            path: format!("/signers/{index}"),
+                            message: "must be an OpenSSH public key line".into(),
+                        }]),
+                    }
+                }
+                signers
+            }
+            Some(_) => {
+                input.problem("signers", format!("must be an array of at most {MAX_SIGNERS} OpenSSH public key lines"));
+                Vec::new()
+            }
+        };
+        // The addresses, once the form is right: a URL that cannot be fetched is refused
+        // now rather than failing every cycle.
+        if let Some(url) = url.as_deref().filter(|url| git.check_url(url).is_ok()) {
+            let reached = tokio::runtime::Handle::current().block_on(git.check_reach(url));
+            if let Err(why) = reached {
+                input.problem("url", why);
+            }
+        }
+        input.finish()?;
+        let (Some(url), Some(mode)) = (url, mode) else {
+            return Err(ApiError::internal("a checked input lacks a field"));
+        };
+        Ok(Put { url, branch, path, mode, prune, heal, interval, credential, signers })
+    }
+}
+
+/// `{"username"?, "token"}`.
+fn read_credential(credential: Value) -> Result<Credential, Vec<Problem>> {
+    let problem = |field: &str, message: &str| Problem { path: format!("/credential{field}"), message: message.into() };
+    let Value::Object(mut members) = credential else {
+        return Err(vec![problem("", "must be an object {\"username\"?, \"token\"}")]);
+    };
+    let mut problems = Vec::new();
+    let mut text = |field: &str, required: bool| match members.remove(field) {
+        None if required => {
+            problems.push(problem(&format!("/{field}"), "is required"));
+            None
+        }
+        None => None,
+        Some(Value::String(text)) if (1..=4096).contains(&text.len()) && text.chars().all(|c| c.is_ascii_graphic()) => {
+            Some(text)
+        }
+        Some(_) => {
+            problems.push(problem(&format!("/{field}"), "must be 1 to 4096 visible ASCII characters"));
+            None
+        }
+    };
+    let username = text("username", false);
+    let token = text("token", true);
+    for field in members.keys() {
+        problems.push(problem(&format!("/{field}"), "is not a field of a credential"));
+    }
+    match (token, problems.is_empty()) {
+        (Some(token), true) => Ok(Credential { username, token }),
+        _ => Err(problems),
+    }
+}
+
+/// A branch's name as git allows it (`git check-ref-format`), a little stricter: no
+/// option-like or hidden parts, at most 255 bytes.
+fn check_branch(branch: &str) -> Result<(), String> {
+    let refused = || {
+        Err("must be a branch name: letters, digits and . _ - / without .., //, a leading - or . or a trailing / or .lock".to_owned())
+    };
+    if branch.is_empty() || branch.len() > 255 || branch.starts_with(['-', '/', '.']) || branch.ends_with(['/', '.']) {
+        return refused();
+    }
+    if branch.contains("..") || branch.contains("//") || branch.contains("/.") || branch.ends_with(".lock") {
+        return refused();
+    }
+    match branch.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')) {
+        true => Ok(()),
+        false => refused(),
+    }
+}
+
+/// The document's path in the repository: `.` (the whole tree), or a file or a
+/// directory by a relative path without `.` or `..` parts.
+fn check_path(path: &str) -> Result<(), String> {
+    if path == "." {
+        return Ok(());
+    }
+    let parts_ok = path.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
+    let characters_ok = path.chars().all(|c| !c.is_control() && c != '\\' && c != ':');
+    match path.len() <= 1024 && !path.starts_with('-') && parts_ok && characters_ok {
+        true => Ok(()),
+        false => Err("must be . or a relative path in the repository, without . or .. parts".to_owned()),
+    }
+}
+
+/// A source as its row holds it, less the secrets.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub tenant: String,
+    pub id: String,
+    pub url: String,
+    pub branch: String,
+    pub path: String,
+    pub mode: Mode,
+    pub prune: bool,
+    pub heal: bool,
+    pub interval_ms: i64,
+    pub has_credential: bool,
+    pub signers: Vec<String>,
+    pub pinned: Option<String>,
+    pub token: String,
+    pub principal: String,
+    pub status: Status,
+}
+
+/// What the last cycle found.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub state: String,
+    pub head_commit: Option<String>,
+    pub fetched_at: Option<String>,
+    pub applied_commit: Option<String>,
+    pub applied_revision: Option<i64>,
+    pub applied_document: Option<String>,
+    pub changed_in: Option<String>,
+    pub proposal: Option<i64>,
+    pub last_attempt: Option<Value>,
+    pub error: Option<String>,
+}
+
+const COLUMNS: &str = "tenant, id, url, branch, path, mode, prune, heal, interval_ms, credential IS NOT NULL, \
+    signers, pinned, token, principal, state, head_commit, fetched_at, applied_commit, applied_revision, \
+    applied_document, changed_in, proposal, last_attempt, error";
+
+/// The tenant's source, if it has one.
+pub fn stored(db: &Conn, tenant: &str) -> Result<Option<Stored>, ApiError> {
+    let sql = format!("SELECT {COLUMNS} FROM sources WHERE tenant = ?1");
+    let row = db.query_opt(&sql, params![tenant], |row| {
+        let texts: [String; 6] = [row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?];
+        let flags: (bool, bool, i64, bool) = (row.get(6)?, row.get(7)?, row.get(8)?, row.get(9)?);
+        let who: (String, Option<String>, String, String) = (row.get(10)?, row.get(11)?, row.get(12)?, row.get(13)?);
+        let status = Status {
+            state: row.get(14)?,
+            head_commit: row.get(15)?,
+            fetched_at: row.get(16)?,
+            applied_commit: row.get(17)?,
+            applied_revision: row.get(18)?,
+            applied_document: row.get(19)?,
+            changed_in: row.get(20)?,
+            proposal: row.get(21)?,
+            last_attempt: None,
+            error: row.get(23)?,
+        };
+        let last_attempt: Option<String> = row.get(22)?;
+        Ok((texts, flags, who, (status, last_attempt)))
+    })?;
+    let Some(([tenant, id, url, branch, path, mode], (prune, heal, interval_ms, has_credential), who, status)) = row
+    else {
+        return Ok(None);
+    };
+    let (signers, pinned, token, principal) = who;
+    let (mut status, last_attempt) = status;
+    status.last_attempt =
+        last_attempt.map(|text| serde_json::from_str::<Value>(&text)).transpose().map_err(ApiError::internal)?;
+    Ok(Some(Stored {
+        tenant,
+        id,
+        url,
+        branch,
+        path,
+        mode: Mode::parse(&mode).ok_or_else(|| ApiError::internal(format_args!("a source's mode is {mode}")))?,
+        prune,
+        heal,
+        interval_ms,
+        has_credential,
+        signers: serde_json::from_str(&signers).map_err(ApiError::internal)?,
+        pinned,
+        token,
+        principal,
+        status,
+    }))
+}
+
+impl Stored {
+    /// The `Source` of SPEC §20.3, its hook's URL under `/hooks/sources/`.
+    pub fn json(&self) -> Value {
+        let fingerprints: Vec<String> = self
+            .signers
+            .iter()
+            .filter_map(|line| Signer::parse(line).ok())
+            .map(|signer| signer.fingerprint().to_owned())
+            .collect();
+        let interval = humantime::format_duration(Duration::from_millis(u64::try_from(self.interval_ms).unwrap_or(0)));
+        let mut status = json!({"state": self.status.state});
+        let optional = [
+            ("headCommit", self.status.head_commit.as_ref().map(|text| json!(text))),
+            ("fetchedAt", self.status.fetched_at.as_ref().map(|text| json!(text))),
+            ("appliedCommit", self.status.applied_commit.as_ref().map(|text| json!(text))),
+            ("appliedRevision", self.status.applied_revision.map(|number| json!(number))),
+            ("changedIn", self.status.changed_in.as_ref().map(|text| json!(text))),
+            ("proposal", self.status.proposal.map(|number| json!(number))),
+            ("lastAttempt", self.status.last_attempt.clone()),
+            ("error", self.status.error.as_ref().map(|text| json!(text))),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                status[name] = value;
+            }
+        }
+        let mut source = json!({
+            "url": self.url, "branch": self.branch, "path": self.path, "mode": self.mode.as_str(),
+            "prune": self.prune, "heal": self.heal, "interval": interval.to_string(),
+            "credential": self.has_credential, "signers": fingerprints,
+            "hookUrl": format!("/hooks/sources/{}", self.id), "status": status,
+        });
+        if let Some(pinned) = &self.pinned {
+            source["pinned"] = json!(pinned);
+        }
+        source
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branches_are_checked_as_git_would() {
+        for good in ["main", "release/1.2", "feature_x-y"] {
+            assert_eq!(check_branch(good), Ok(()), "{good}");
+        }
+        for bad in ["", "-x", "a..b", "a//b", "a/.b", "x.lock", "x/", "a b", "a~1", "a:b", ".hidden"] {
+            assert!(check_branch(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_stay_in_the_repository() {
+        for good in [".", "fleet", "fleet/estate.yaml", "a/b/c.json"] {
+            assert_eq!(check_path(good), Ok(()), "{good}");
+        }
+        for bad in ["", "/etc", "../x", "a/../b", "a/./b", "a//b", "-x", "a\\b", "a\u{1}"] {
+            assert!(check_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_credential_needs_a_token_and_nothing_else() {
+        let read = |value: Value| read_credential(value).map(|credential| credential.username);
+        assert_eq!(read(json!({"token": "t"})).ok(), Some(None));
+        assert_eq!(read(json!({"username": "u", "token": "t"})).ok(), Some(Some("u".into())));
+        let problems =
+            |value: Value| read_credential(value).err().unwrap().into_iter().map(|p| p.path).collect::<Vec<_>>();
+        assert_eq!(problems(json!({})), ["/credential/token"]);
+        assert_eq!(problems(json!({"token": "a b"})), ["/credential/token"]);
+        assert_eq!(problems(json!({"token": "t", "password": "p"})), ["/credential/password"]);
+        assert_eq!(problems(json!("t")), ["/credential"]);
+    }
+}

@@ -1,0 +1,352 @@
+//! Git sources (SPEC §20.3) against a real git server on 127.0.0.1: `git daemon`, and
+//! `git http-backend` behind a token. Every state of the status, every mode, a force
+//! push, a deleted path, signed and unsigned commits, pinning, a stalled server and a
+//! repository over the byte limit, and the addresses a source may not reach.
+
+use serde_json::{Value, json};
+
+use crate::fleet::estate;
+use crate::support::git::{Daemon, Http, Repo, Stalled};
+use crate::support::{Server, code, problem_paths};
+
+/// A server whose sources may reach 127.0.0.1 over any transport, fetching into a cache
+/// of its own, within `timeout` and `max_bytes`.
+fn server_with(timeout: &str, max_bytes: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("git-cache");
+    let flags = ["--git-allow-insecure", "--git-allow", "127.0.0.0/8", "--git-timeout", timeout, "--git-max-bytes", max_bytes];
+    let mut flags: Vec<&str> = flags.to_vec();
+    flags.extend(["--git-cache", cache.to_str().unwrap()]);
+    Server::start_in(dir, &flags)
+}
+
+fn server() -> Server {
+    server_with("20s", "268435456")
+}
+
+fn yaml(document: &Value) -> String {
+    serde_yaml_ng::to_string(document).unwrap()
+}
+
+/// The estate with pool gpu-a's GPUs at `gpus`.
+fn estate_with(gpus: u64) -> Value {
+    let mut document = estate();
+    document["pools"]["gpu-a"]["gpus"] = json!(gpus);
+    document
+}
+
+fn put(server: &Server, token: &str, url: &str, mode: &str, more: Value) -> Value {
+    let mut body = json!({"url": url, "path": "fleet", "mode": mode});
+    body.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+    server.ok(token, "sources/put", body)
+}
+
+fn refresh(server: &Server, token: &str) -> Value {
+    server.ok(token, "sources/refresh", json!({}))["source"].clone()
+}
+
+/// Pool gpu-a's GPUs in the estate, if it has the pool.
+fn gpus(server: &Server, token: &str) -> Option<u64> {
+    server.ok(token, "fleet/export", json!({}))["document"]["pools"]["gpu-a"]["gpus"].as_u64()
+}
+
+fn revisions(server: &Server, token: &str) -> Vec<Value> {
+    server.ok(token, "fleet/history", json!({}))["revisions"].as_array().unwrap().clone()
+}
+
+#[test]
+fn auto_applies_each_new_commit_once_and_records_where_it_came_from() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let first = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+
+    let answer = put(&server, &acme, &daemon.url(), "auto", json!({}));
+    assert!(answer["hookSecret"].as_str().unwrap().starts_with("whsec_"), "{answer}");
+    assert_eq!(answer["source"]["credential"], json!(false));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "synced", "{source}");
+    assert_eq!(source["status"]["headCommit"], first.as_str());
+    assert_eq!(source["status"]["appliedCommit"], first.as_str());
+    assert_eq!(gpus(&server, &acme), Some(64));
+    let history = revisions(&server, &acme);
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["source"]["commit"], first.as_str(), "{history:?}");
+    assert_eq!(history[0]["source"]["repo"], daemon.url().as_str());
+    assert_eq!(source["status"]["appliedRevision"], history[0]["revision"]);
+
+    // A new commit that changes the document is applied; one that leaves it alone (a
+    // file beside it) makes no revision.
+    let second = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(48))))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(second)));
+    assert_eq!(gpus(&server, &acme), Some(48));
+    let third = repo.commit(&[("README.md", Some("the estate"))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "synced", "{source}");
+    assert_eq!(source["status"]["headCommit"], third.as_str());
+    assert_eq!(source["status"]["appliedCommit"], second.as_str(), "the same document is not applied again");
+    assert_eq!(revisions(&server, &acme).len(), 2);
+
+    // Each state change was announced.
+    let events = server.ok(&acme, "events/list", json!({}))["events"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().filter_map(|event| event["type"].as_str()).collect();
+    assert!(kinds.contains(&"source.synced"), "{kinds:?}");
+}
+
+#[test]
+fn observe_tells_what_git_holds_apart_from_what_was_applied() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let commit = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "observe", json!({}));
+
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "outOfSync", "{source}");
+    assert_eq!(source["status"]["lastAttempt"]["commit"], commit.as_str());
+    assert!(source["status"]["lastAttempt"]["planHash"].as_str().is_some_and(|hash| hash.starts_with("sha256:")));
+    assert!(source["status"].get("appliedCommit").is_none());
+    assert_eq!(gpus(&server, &acme), None, "observe applies nothing");
+
+    // Once the estate is what the document says, git is no longer ahead.
+    server.ok(&acme, "fleet/apply", json!({"document": estate()}));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "synced", "{source}");
+}
+
+#[test]
+fn a_force_push_diverges_until_a_sync_names_a_commit() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let first = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    assert_eq!(refresh(&server, &acme)["status"]["appliedCommit"], first.as_str());
+
+    let rewritten = repo.force_push(&[("fleet/estate.yaml", Some(&yaml(&estate_with(8))))]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "diverged", "{source}");
+    assert_eq!(source["status"]["appliedCommit"], first.as_str());
+    assert!(source["status"]["error"].as_str().unwrap().contains("does not descend"), "{source}");
+    assert_eq!(gpus(&server, &acme), Some(64), "nothing is applied");
+
+    let synced = server.ok(&acme, "sources/sync", json!({"commit": rewritten}))["source"].clone();
+    assert_eq!((&synced["status"]["state"], &synced["status"]["appliedCommit"]), (&json!("synced"), &json!(rewritten)));
+    assert_eq!(gpus(&server, &acme), Some(8));
+}
+
+#[test]
+fn a_missing_or_broken_document_is_failing_and_never_prunes() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({"prune": true}));
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "synced");
+
+    let deleted = repo.commit(&[("fleet/estate.yaml", None)], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "failing", "{source}");
+    assert_eq!(source["status"]["headCommit"], deleted.as_str());
+    assert!(source["status"]["error"].as_str().unwrap().contains("fleet"), "{source}");
+    assert_eq!(gpus(&server, &acme), Some(64), "nothing was pruned");
+
+    repo.commit(&[("fleet/estate.yaml", Some("pools: [unclosed"))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "failing", "{source}");
+    assert!(source["status"]["error"].as_str().unwrap().contains("estate.yaml"), "{source}");
+    assert_eq!(gpus(&server, &acme), Some(64));
+}
+
+#[test]
+fn propose_opens_a_proposal_and_the_cycle_applies_it_once_approved() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let reviewer = server.token("acme", "bob", &["compute:proposals:review @ compute-proposals"]);
+    let repo = Repo::new();
+    let commit = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "propose", json!({}));
+
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "awaitingApproval", "{source}");
+    let number = source["status"]["proposal"].as_i64().unwrap();
+    let proposal = server.ok(&acme, "proposals/get", json!({"number": number}))["proposal"].clone();
+    assert_eq!(proposal["source"]["commit"], commit.as_str(), "{proposal}");
+    // A cycle of the same head opens no second proposal.
+    assert_eq!(refresh(&server, &acme)["status"]["proposal"], number);
+    assert_eq!(gpus(&server, &acme), None);
+
+    server.ok(&reviewer, "proposals/review", json!({"number": number, "verdict": "approve"}));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "synced", "{source}");
+    assert_eq!(source["status"]["appliedCommit"], commit.as_str());
+    assert_eq!(gpus(&server, &acme), Some(64));
+    let proposal = server.ok(&acme, "proposals/get", json!({"number": number}))["proposal"].clone();
+    assert_eq!(proposal["state"], "applied");
+}
+
+#[test]
+fn a_pinned_source_holds_its_commit_until_unpinned() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let first = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    refresh(&server, &acme);
+    let second = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(48))))], &[]);
+    refresh(&server, &acme);
+    assert_eq!(gpus(&server, &acme), Some(48));
+
+    let pinned = server.ok(&acme, "sources/pin", json!({"commit": first}))["source"].clone();
+    assert_eq!(pinned["pinned"], first.as_str());
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "pinned", "{source}");
+    assert_eq!(source["status"]["appliedCommit"], first.as_str());
+    assert_eq!(gpus(&server, &acme), Some(64));
+
+    server.ok(&acme, "sources/unpin", json!({}));
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(second)));
+    assert_eq!(gpus(&server, &acme), Some(48));
+}
+
+#[test]
+fn smart_http_with_a_token_that_is_never_answered() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let commit = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let http = Http::serve(&repo.root(), "deploy", "s3cret-deploy-token");
+
+    put(&server, &acme, &http.url(), "auto", json!({}));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "failing", "without the token: {source}");
+
+    let answer = put(&server, &acme, &http.url(), "auto", json!({"credential": {"username": "deploy", "token": "s3cret-deploy-token"}}));
+    assert_eq!(answer["source"]["credential"], json!(true));
+    assert!(!answer.to_string().contains("s3cret"), "{answer}");
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(commit)));
+    assert!(http.requests().iter().any(|line| line.ends_with(" 200")), "{:?}", http.requests());
+    let got = server.ok(&acme, "sources/get", json!({}));
+    assert!(!got.to_string().contains("s3cret"), "{got}");
+    let audit = server.ok(&acme, "audit/list", json!({}));
+    assert!(!audit.to_string().contains("s3cret"), "{audit}");
+}
+
+#[test]
+fn signed_commits_are_verified_against_the_sources_signers() {
+    let keys = tempfile::tempdir().unwrap();
+    let keygen = |name: &str| {
+        let path = keys.path().join(name);
+        let status = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        (path.clone(), std::fs::read_to_string(path.with_extension("pub")).unwrap())
+    };
+    let (ada_key, ada_public) = keygen("ada");
+    let (eve_key, _) = keygen("eve");
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    let answer = put(&server, &acme, &daemon.url(), "auto", json!({"signers": [ada_public.trim()]}));
+    assert!(answer["source"]["signers"][0].as_str().unwrap().starts_with("SHA256:"), "{answer}");
+
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "unverified", "an unsigned commit: {source}");
+    assert_eq!(gpus(&server, &acme), None);
+
+    repo.sign_with_ssh();
+    let signing = |key: &std::path::Path, gpus: u64| {
+        let flag = format!("--gpg-sign={}", key.display());
+        repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(gpus))))], &[&flag])
+    };
+    let by_eve = signing(&eve_key, 48);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "unverified", "{source}");
+    assert!(source["status"]["error"].as_str().unwrap().contains("not among"), "{source}");
+    assert_eq!(source["status"]["headCommit"], by_eve.as_str());
+
+    let by_ada = signing(&ada_key, 32);
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(by_ada)));
+    assert_eq!(gpus(&server, &acme), Some(32));
+}
+
+#[test]
+fn a_stalled_server_and_an_oversized_repository_end_failing_within_their_limits() {
+    let server = server_with("2s", "1048576");
+    let acme = server.tenant_with_token("acme");
+    let stalled = Stalled::start();
+    put(&server, &acme, &format!("git://127.0.0.1:{}/estate.git", stalled.port), "auto", json!({}));
+    let started = std::time::Instant::now();
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "failing", "{source}");
+    assert!(source["status"]["error"].as_str().unwrap().contains("--git-timeout"), "{source}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+
+    // Random bytes (base64, which compresses to about 3/4) beside the document, over the
+    // limit of 1 MiB.
+    let repo = Repo::new();
+    let random: Vec<u8> = (0..2_000_000).map(|_| rand::random::<u8>()).collect();
+    let noise = data_encoding::BASE64.encode(&random);
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate()))), ("noise.txt", Some(&noise))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "failing", "{source}");
+    assert!(source["status"]["error"].as_str().unwrap().contains("--git-max-bytes"), "{source}");
+    assert_eq!(gpus(&server, &acme), None);
+}
+
+#[test]
+fn a_source_may_not_reach_what_the_deployment_does_not_admit() {
+    let server = Server::start(&[]);
+    let acme = server.tenant_with_token("acme");
+    for url in [
+        "http://127.0.0.1/estate.git",
+        "https://127.0.0.1/estate.git",
+        "https://10.0.0.1/estate.git",
+        "https://169.254.169.254/latest",
+        "https://[::1]/estate.git",
+        "https://[::ffff:127.0.0.1]/estate.git",
+        "https://2130706433/estate.git",
+        "https://0177.0.0.1/estate.git",
+        "https://user:pass@example.com/estate.git",
+        "ext::sh -c touch% /tmp/pwned",
+        "file:///etc",
+        "git://127.0.0.1/estate.git",
+        "fd::17",
+    ] {
+        let (status, body) = server.call(&acme, "sources/put", json!({"url": url, "mode": "auto"}));
+        assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{url}: {body}");
+        assert_eq!(problem_paths(&body), ["/url"], "{url}: {body}");
+    }
+    let (status, body) = server.call(&acme, "sources/get", json!({}));
+    assert_eq!((status, code(&body)), (404, "NOT_FOUND"), "{body}");
+
+    // Even with insecure transports, `ext::` is refused.
+    let insecure = Server::start(&["--git-allow-insecure", "--git-allow", "127.0.0.0/8"]);
+    let acme = insecure.tenant_with_token("acme");
+    let (status, body) = insecure.call(&acme, "sources/put", json!({"url": "ext::sh -c id", "mode": "auto"}));
+    assert_eq!(status, 400, "{body}");
+    let bad = json!({"url": "git://127.0.0.1:9/r.git", "mode": "sometimes", "branch": "a..b", "path": "../x",
+        "interval": "10s", "credential": {"password": "p"}, "signers": ["not a key"]});
+    let (status, body) = insecure.call(&acme, "sources/put", bad);
+    assert_eq!(status, 400, "{body}");
+    let mut paths = problem_paths(&body);
+    paths.sort();
+    assert_eq!(paths, ["/branch", "/credential/password", "/credential/token", "/interval", "/mode", "/path", "/signers/0"]);
+}
