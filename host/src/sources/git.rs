@@ -464,18 +464,7 @@ impl Git {
                 (tree, files)
             }
             Some(path) => {
-                let mut command = self.command(Some(repository), None, &[]);
-                command.args(["ls-tree", "-z", "-l", "--full-tree", commit, "--", path]);
-                let output = self.run(command, Bounds::reading(self.config.max_bytes, deadline)).await?;
-                if !output.success {
-                    return Err(local_failure(&output));
-                }
-                let entry = output
-                    .stdout
-                    .split(|byte| *byte == 0)
-                    .filter_map(Entry::parse)
-                    .find(|entry| entry.path == path)
-                    .ok_or_else(|| GitError::Missing(path.to_owned()))?;
+                let entry = self.entry(repository, commit, path, deadline).await?;
                 match entry.kind.as_str() {
                     "tree" => {
                         let files = self.tree_files(repository, &entry.id, &format!("{path}/"), deadline).await?;
@@ -498,6 +487,22 @@ impl Git {
         let mut files: Vec<(String, String)> = files.into_iter().map(|(name, _)| name).zip(texts).collect();
         files.sort_by(|(left, _), (right, _)| left.cmp(right));
         Ok(Document { id, files })
+    }
+
+    /// The tree entry at `path` in `commit`.
+    async fn entry(&self, repository: &Path, commit: &str, path: &str, deadline: Instant) -> Result<Entry, GitError> {
+        let mut command = self.command(Some(repository), None, &[]);
+        command.args(["ls-tree", "-z", "-l", "--full-tree", commit, "--", path]);
+        let output = self.run(command, Bounds::reading(self.config.max_bytes, deadline)).await?;
+        if !output.success {
+            return Err(local_failure(&output));
+        }
+        output
+            .stdout
+            .split(|byte| *byte == 0)
+            .filter_map(Entry::parse)
+            .find(|entry| entry.path == path)
+            .ok_or_else(|| GitError::Missing(path.to_owned()))
     }
 
     /// The commit object as `git cat-file commit` prints it (what its signature signs).
