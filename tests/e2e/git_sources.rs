@@ -350,3 +350,84 @@ fn a_source_may_not_reach_what_the_deployment_does_not_admit() {
     paths.sort();
     assert_eq!(paths, ["/branch", "/credential/password", "/credential/token", "/interval", "/mode", "/path", "/signers/0"]);
 }
+
+#[test]
+fn a_plan_only_token_gets_the_plan_the_source_would_apply() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let ci = server.token("acme", "ci", &["compute:sources:plan @ compute-sources"]);
+    let repo = Repo::new();
+    let head = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    refresh(&server, &acme);
+
+    // A pull request's document, planned as the source's principal: the plan the merge
+    // would apply, the same hash as that principal's own plan.
+    let answer = server.ok(&ci, "sources/plan", json!({"document": estate_with(32)}));
+    assert_eq!((&answer["principal"], &answer["tenant"], &answer["prune"]), (&json!("alice"), &json!("acme"), &json!(false)));
+    let own = server.ok(&acme, "fleet/plan", json!({"document": estate_with(32)}));
+    assert_eq!(answer["plan"]["planHash"], own["planHash"], "{answer}");
+    assert_eq!(answer["plan"]["calls"].as_array().unwrap().len(), 1);
+    // The document at the head: nothing to do.
+    let at_head = server.ok(&ci, "sources/plan", json!({}));
+    assert_eq!(at_head["commit"], head.as_str());
+    assert_eq!(at_head["plan"]["calls"], json!([]));
+    // It may plan, not apply, nor read or change the source.
+    for (method, body) in [("fleet/apply", json!({"document": estate_with(32)})), ("sources/get", json!({})),
+                           ("sources/refresh", json!({}))] {
+        let (status, body) = server.call(&ci, method, body);
+        assert_eq!((status, code(&body)), (403, "PERMISSION_DENIED"), "{method}: {body}");
+    }
+    assert_eq!(gpus(&server, &acme), Some(64));
+
+    // The command line: `fleet plan FILE --as-source`.
+    let file = server.dir.path().join("pr.yaml");
+    std::fs::write(&file, yaml(&estate_with(32))).unwrap();
+    let output = crate::cli::fleet(&server, &ci, &["plan", file.to_str().unwrap(), "--as-source"]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(said.starts_with("As the source would apply it: planned as alice, without prune."), "{said}");
+    assert!(said.contains("gpu-a"), "{said}");
+}
+
+#[test]
+fn the_command_line_sets_shows_and_drives_the_source() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let first = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    let fleet = |args: &[&str]| {
+        let output = crate::cli::fleet(&server, &acme, args);
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{args:?}: {said}{}", String::from_utf8_lossy(&output.stderr));
+        said
+    };
+    let said = fleet(&["source", "set", &daemon.url(), "--path", "fleet", "--mode", "observe", "--interval", "5m"]);
+    assert!(said.contains("(observe, every 5m)") && said.contains("Hook: POST ") && said.contains("whsec_"), "{said}");
+    let said = fleet(&["source", "refresh"]);
+    assert!(said.contains(&format!("outOfSync: head {}, nothing applied from it yet", &first[..12])), "{said}");
+    let said = fleet(&["source", "sync"]);
+    assert!(said.contains(&format!("synced at {}", &first[..12])), "{said}");
+    // `fleet status` tells git's state beside the drift.
+    let output = crate::cli::fleet(&server, &acme, &["status"]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains(&format!("Git source {}: synced at {}", daemon.url(), &first[..12])), "{said}");
+    let second = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(48))))], &[]);
+    fleet(&["source", "refresh"]);
+    let output = crate::cli::fleet(&server, &acme, &["status"]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains(&format!("outOfSync: head {}, applied {}", &second[..12], &first[..12])),
+        "git ahead, the estate as applied: {said}"
+    );
+    let said = fleet(&["source", "pin", &first]);
+    assert!(said.contains(&format!("pinned to {}", &first[..12])), "{said}");
+    fleet(&["source", "unpin"]);
+    let json: Value = serde_json::from_str(&fleet(&["source", "--json"])).unwrap();
+    assert_eq!(json["source"]["mode"], "observe");
+    assert!(fleet(&["source", "delete"]).contains("Deleted"));
+    let output = crate::cli::fleet(&server, &acme, &["source"]);
+    assert_eq!(output.status.code(), Some(1));
+}

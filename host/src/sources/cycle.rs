@@ -124,17 +124,8 @@ impl Cycles<'_> {
             .or_else(|| status.changed_in.clone());
 
         // 3. The document at `path`: missing or unreadable is failing, never a prune.
-        let document = block(self.git.read(cache, &target, &source.path)).map_err(Failure::git)?;
-        let same_document = status.applied_document.as_deref() == Some(document.id.as_str());
-        let parsed = document.files.iter().map(|(name, text)| {
-            files::parse(name, text).map(|value| (name.clone(), value)).map_err(|error| error.to_string())
-        });
-        let parsed: Vec<(String, Value)> = parsed.collect::<Result<_, _>>().map_err(Failure::Failing)?;
-        let merged = files::merge(parsed).map_err(|problems| {
-            let listed: Vec<String> =
-                problems.listed().iter().map(|problem| format!("{}: {}", problem.path, problem.message)).collect();
-            Failure::Failing(format!("the document at {} does not merge: {}", source.path, listed.join("; ")))
-        })?;
+        let (document_id, merged) = self.document(source, &target)?;
+        let same_document = status.applied_document.as_deref() == Some(document_id.as_str());
         if same_document && following && status.state != "outOfSync" {
             status.state = "synced".into();
             return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
@@ -192,7 +183,7 @@ impl Cycles<'_> {
             Ok(Some(answer)) => {
                 status.state = "synced".into();
                 status.applied_commit = Some(target.clone());
-                status.applied_document = Some(document.id);
+                status.applied_document = Some(document_id);
                 status.applied_revision = self.revision(&source.tenant)?.or(status.applied_revision);
                 status.proposal = None;
                 status.last_attempt = Some(attempt(None));
@@ -221,6 +212,56 @@ impl Cycles<'_> {
             }
             Err(failure) => Err(failure),
         }
+    }
+
+    /// The document at the source's `path` in `commit` (fetched already): its object id
+    /// and the files merged; failing, saying why, when it is missing or does not read.
+    fn document(&self, source: &Stored, commit: &str) -> Result<(String, Value), Failure> {
+        let document = block(self.git.read(&source.id, commit, &source.path)).map_err(Failure::git)?;
+        let parsed = document.files.iter().map(|(name, text)| {
+            files::parse(name, text).map(|value| (name.clone(), value)).map_err(|error| error.to_string())
+        });
+        let parsed: Vec<(String, Value)> = parsed.collect::<Result<_, _>>().map_err(Failure::Failing)?;
+        let merged = files::merge(parsed).map_err(|problems| {
+            let listed: Vec<String> =
+                problems.listed().iter().map(|problem| format!("{}: {}", problem.path, problem.message)).collect();
+            Failure::Failing(format!("the document at {} does not merge: {}", source.path, listed.join("; ")))
+        })?;
+        Ok((document.id, merged))
+    }
+
+    /// `compute.sources.plan`: the plan of `document` (a pull request's), or of the
+    /// document at `commit` (the head when neither is given), made as the source's
+    /// principal with its prune, changing nothing: what the source would apply.
+    pub fn plan(&self, source: &Stored, document: Option<Value>, commit: Option<String>) -> Result<Value, ApiError> {
+        let refused = |failure: Failure| match failure {
+            Failure::Failing(why) => ApiError::failed_precondition(why),
+            Failure::Api(error) => error,
+        };
+        let caller = self.caller(source).map_err(refused)?;
+        let (document, commit) = match document {
+            Some(document) => (document, None),
+            None => {
+                let credential = self.credential(source).map_err(refused)?;
+                let remote = Remote { url: &source.url, credential: credential.as_ref() };
+                let commit = match commit {
+                    Some(commit) => commit,
+                    None => {
+                        block(self.git.head(&remote, &source.branch)).map_err(|error| refused(Failure::git(error)))?
+                    }
+                };
+                block(self.git.fetch(&source.id, &remote, &commit)).map_err(|error| refused(Failure::git(error)))?;
+                (self.document(source, &commit).map_err(refused)?.1, Some(commit))
+            }
+        };
+        let request = json!({"document": document, "prune": source.prune});
+        let plan = self.call(&caller, "compute.fleet.plan", &request).map_err(refused)?;
+        let mut answer = json!({"plan": plan, "tenant": source.tenant, "principal": caller.principal,
+            "prune": source.prune});
+        if let Some(commit) = commit {
+            answer["commit"] = json!(commit);
+        }
+        Ok(answer)
     }
 
     /// Opens a proposal for `target` unless one is open for it already; an open one of an

@@ -1,5 +1,5 @@
-//! `compute.sources.put|get|delete|refresh|sync|pin|unpin` (SPEC §20.3), at
-//! `compute:sources:read|write @ compute-sources`. The credential and the hook's secret
+//! `compute.sources.put|get|delete|refresh|sync|pin|unpin|plan` (SPEC §20.3), at
+//! `compute:sources:read|write|plan @ compute-sources`. The credential and the hook's secret
 //! are stored sealed when the deployment has a key, never answered (but the secret by
 //! the put that makes it), logged or audited. `refresh` and `sync` run a cycle now, on
 //! the runner, outside any transaction of theirs.
@@ -80,6 +80,19 @@ pub fn register(registry: &mut Registry, git: Arc<Git>, key: Option<Key>, asking
             .phase("v0.5")
             .summary("Runs the source's cycle now: asks for the head, fetches and acts as the mode says; answers the source afterwards.")
             .schemas(empty, answer.clone()),
+    );
+    registry.register(
+        Method::planner("sources", "plan", MethodKind::Read, asked(plan))
+            .permission("compute:sources:plan", "compute-sources")
+            .phase("v0.5")
+            .summary("The plan the source would apply: of the document given (a pull request's), or of the document at a commit (the head by default), made as the source's principal with its prune. Changes nothing; needs only compute:sources:plan.")
+            .schemas(
+                json!({"type": "object", "additionalProperties": false, "properties": {
+                    "document": {"type": "object"}, "commit": commit}}),
+                json!({"type": "object", "required": ["plan", "tenant", "principal", "prune"], "properties": {
+                    "plan": {"type": "object"}, "tenant": {"type": "string"}, "principal": {"type": "string"},
+                    "prune": {"type": "boolean"}, "commit": {"type": "string"}}}),
+            ),
     );
     registry.register(
         Method::planner("sources", "sync", MethodKind::Mutation, asked(sync))
@@ -211,6 +224,22 @@ fn pinned(ctx: &Ctx, commit: Option<String>) -> Result<Value, ApiError> {
 fn refresh(asking: &Asking, call: Call) -> Result<Value, ApiError> {
     Input::new(parse_body(call.body.as_bytes())?)?.finish()?;
     asking.cycle_now(&call.caller.tenant, Ask::Refresh)
+}
+
+fn plan(asking: &Asking, call: Call) -> Result<Value, ApiError> {
+    let mut input = Input::new(parse_body(call.body.as_bytes())?)?;
+    let document = input.take_optional("document");
+    let commit = input.string("commit", false);
+    if let Some(commit) = &commit
+        && !is_commit(commit)
+    {
+        input.problem("commit", "must be a full commit id: 40 (or 64) lowercase hex digits");
+    }
+    if document.is_some() && commit.is_some() {
+        input.problem("commit", "plan a document, or the document at a commit, not both");
+    }
+    input.finish()?;
+    asking.plan_now(&call.caller.tenant, document, commit)
 }
 
 fn sync(asking: &Asking, call: Call) -> Result<Value, ApiError> {

@@ -32,11 +32,17 @@ const CLAIM: Duration = Duration::from_secs(15 * 60);
 /// How often a replica looks for due sources.
 const POLL: Duration = Duration::from_secs(5);
 
-/// A request to run one tenant's cycle now, and where its answer goes.
+/// A request to run one tenant's cycle now, or to plan as its source would, and where
+/// its answer goes.
 struct Asked {
     tenant: String,
-    ask: Ask,
+    job: Job,
     answer: oneshot::Sender<Result<Value, ApiError>>,
+}
+
+enum Job {
+    Cycle(Ask),
+    Plan { document: Option<Value>, commit: Option<String> },
 }
 
 /// What the methods ask the runner through: a cycle now (`refresh`, `sync`).
@@ -55,9 +61,19 @@ impl Asking {
     /// Runs `tenant`'s cycle now and answers its source afterwards. Called on a
     /// blocking thread: it waits for the runner.
     pub fn cycle_now(&self, tenant: &str, ask: Ask) -> Result<Value, ApiError> {
+        self.ask(tenant, Job::Cycle(ask))
+    }
+
+    /// The plan the tenant's source would apply, of `document` or of the document at
+    /// `commit` (the head when neither is given). Called on a blocking thread.
+    pub fn plan_now(&self, tenant: &str, document: Option<Value>, commit: Option<String>) -> Result<Value, ApiError> {
+        self.ask(tenant, Job::Plan { document, commit })
+    }
+
+    fn ask(&self, tenant: &str, job: Job) -> Result<Value, ApiError> {
         let stopped = || ApiError::new(Code::Unavailable, "the sources' runner is not running; try again shortly");
         let (answer, answered) = oneshot::channel();
-        self.0.blocking_send(Asked { tenant: tenant.to_owned(), ask, answer }).map_err(|_| stopped())?;
+        self.0.blocking_send(Asked { tenant: tenant.to_owned(), job, answer }).map_err(|_| stopped())?;
         answered.blocking_recv().map_err(|_| stopped())?
     }
 }
@@ -98,7 +114,11 @@ impl Runner {
                 Some(asked) = asks.recv() => {
                     let runner = self.clone();
                     tokio::task::spawn_blocking(move || {
-                        let _ = asked.answer.send(runner.cycle_now(&asked.tenant, &asked.ask));
+                        let answer = match asked.job {
+                            Job::Cycle(ask) => runner.cycle_now(&asked.tenant, &ask),
+                            Job::Plan { document, commit } => runner.plan(&asked.tenant, document, commit),
+                        };
+                        let _ = asked.answer.send(answer);
                     });
                 }
                 () = &mut shutdown => return,
@@ -138,6 +158,16 @@ impl Runner {
         Ok(serde_json::json!({"source": stored.json()}))
     }
 
+    /// What the source would apply; claims nothing, changes nothing.
+    fn plan(&self, tenant: &str, document: Option<Value>, commit: Option<String>) -> Result<Value, ApiError> {
+        let stored = source::stored(&self.dispatcher.db().get()?, tenant)?.ok_or_else(no_source)?;
+        self.cycles().plan(&stored, document, commit)
+    }
+
+    fn cycles(&self) -> Cycles<'_> {
+        Cycles { git: &self.git, dispatcher: &self.dispatcher, key: self.key.as_ref(), wake: &self.wake }
+    }
+
     /// One claimed cycle; the claim ends with it, the source due again an interval on.
     fn cycle(&self, tenant: &str, ask: &Ask) -> Result<(), ApiError> {
         let db = self.dispatcher.db().get()?;
@@ -146,11 +176,7 @@ impl Runner {
             db.query_opt("SELECT settled_commit FROM sources WHERE tenant = ?1", params![tenant], |row| row.get(0))?;
         drop(db);
         let ran = match &stored {
-            Some(stored) => {
-                let cycles =
-                    Cycles { git: &self.git, dispatcher: &self.dispatcher, key: self.key.as_ref(), wake: &self.wake };
-                cycles.run(stored, settled.flatten().as_deref(), ask).map(|_| ())
-            }
+            Some(stored) => self.cycles().run(stored, settled.flatten().as_deref(), ask).map(|_| ()),
             None => Ok(()),
         };
         let interval = stored.as_ref().map_or(0, |stored| stored.interval_ms);

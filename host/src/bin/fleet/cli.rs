@@ -83,6 +83,11 @@ pub(crate) enum Command {
         /// Print the raw plan as JSON: --format json.
         #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// Plan as the tenant's git source would apply it: as the token that put the
+        /// source, with the source's prune. Needs only compute:sources:plan (a pull
+        /// request's CI job), not the grants to apply.
+        #[arg(long, conflicts_with_all = ["prune", "out"])]
+        as_source: bool,
     },
     /// Applies a document, or exactly a saved plan. Shows the plan and asks first on a terminal.
     Apply {
@@ -273,6 +278,17 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The tenant's git source: the repository fleet pulls its document from, and its
+    /// state. Without a subcommand, shows the source and its status.
+    Source {
+        #[command(flatten)]
+        server: ServerArgs,
+        #[command(subcommand)]
+        command: Option<SourceCommand>,
+        /// Print the answer as JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Shows the last applied document and any drift from it. Exit code: 0 in sync, 2 drifted, 1 error.
     Status {
         #[command(flatten)]
@@ -335,6 +351,59 @@ pub(crate) struct ServerArgs {
     /// A bearer token (or set FLEET_TOKEN).
     #[arg(long, env = "FLEET_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub(crate) token: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SourceCommand {
+    /// Creates or replaces the source: the repository, branch and path of the
+    /// document, and what a new commit does (observe, propose, auto). Prints the
+    /// inbound hook's URL and secret, once.
+    Set {
+        /// The repository's https URL.
+        url: String,
+        #[arg(long, value_name = "BRANCH")]
+        branch: Option<String>,
+        /// The document's file or directory in the repository [default: the whole tree].
+        #[arg(long, value_name = "PATH")]
+        path: Option<String>,
+        /// observe: say when git is ahead; propose: open a proposal per commit; auto: apply.
+        #[arg(long, value_parser = ["observe", "propose", "auto"])]
+        mode: String,
+        /// Also remove what the document no longer lists.
+        #[arg(long)]
+        prune: bool,
+        /// Heal drift back to the applied commit.
+        #[arg(long)]
+        heal: bool,
+        /// How often to ask for the branch's head (at least 1m) [default: 3m].
+        #[arg(long, value_name = "DURATION")]
+        interval: Option<String>,
+        /// A file holding the token that reads the repository (a deploy token).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// The user name sent with the token [default: x-access-token].
+        #[arg(long, requires = "token_file")]
+        username: Option<String>,
+        /// An OpenSSH public key file whose signatures are accepted; repeat for more.
+        /// With any, only commits signed by one of them are applied.
+        #[arg(long = "signer", value_name = "KEYFILE")]
+        signers: Vec<PathBuf>,
+    },
+    /// Asks for the branch's head and acts on it now.
+    Refresh,
+    /// Applies the document at COMMIT (default: the head), in any mode.
+    Sync {
+        commit: Option<String>,
+        /// Apply only if the plan still has this hash.
+        #[arg(long)]
+        plan_hash: Option<String>,
+    },
+    /// Holds the estate at COMMIT: applied and healed to it, new heads ignored until unpinned.
+    Pin { commit: String },
+    /// Follows the branch's head again.
+    Unpin,
+    /// Deletes the source; the estate is left as it is.
+    Delete,
 }
 
 #[derive(Subcommand)]

@@ -148,16 +148,28 @@ pub struct PlanOptions<'a> {
     pub format: PlanFormat,
     /// `--output`: write the rendering here and print only the summary line.
     pub output: Option<&'a Path>,
+    /// `--as-source`: plan as the tenant's git source would apply it (its principal, its
+    /// prune), with nothing but `compute:sources:plan`.
+    pub as_source: bool,
 }
 
 pub fn plan(client: &Client, file: &Path, options: &PlanOptions) -> Result<u8, CliError> {
     let document = read_fleet_config(file)?;
     let prune = options.prune;
-    let plan = client.call("fleet/plan", &json!({"document": document, "prune": prune}))?;
+    // As the source would: its principal plans, with its prune, and says whose tenant.
+    let as_source = match options.as_source {
+        true => Some(client.call("sources/plan", &json!({"document": document}))?),
+        false => None,
+    };
+    let plan = match &as_source {
+        Some(answer) => answer["plan"].clone(),
+        None => client.call("fleet/plan", &json!({"document": document, "prune": prune}))?,
+    };
     // The state it was planned on too, for `fleet policy eval` to judge offline; and it
     // names the tenant, which a comment's marker needs.
-    let state = match (options.out, options.format) {
-        (Some(_), _) | (_, PlanFormat::Markdown) => Some(client.call("preview/snapshot", &json!({}))?),
+    let state = match (options.out, options.format, &as_source) {
+        (_, PlanFormat::Markdown, Some(answer)) => Some(json!({"caller": {"tenant": answer["tenant"]}})),
+        (Some(_), _, _) | (_, PlanFormat::Markdown, _) => Some(client.call("preview/snapshot", &json!({}))?),
         _ => None,
     };
     if let (Some(out), Some(state)) = (options.out, &state) {
@@ -168,7 +180,15 @@ pub fn plan(client: &Client, file: &Path, options: &PlanOptions) -> Result<u8, C
             serde_json::to_string_pretty(&plan).map_err(|error| CliError::Input(error.to_string()))? + "\n"
         }
         PlanFormat::Text => {
-            let mut text = render_plan(&plan, Shown::Planned);
+            let mut text = String::new();
+            if let Some(answer) = &as_source {
+                let prune = if answer["prune"] == true { "with prune" } else { "without prune" };
+                text.push_str(&format!(
+                    "As the source would apply it: planned as {}, {prune}.\n",
+                    printable(&answer["principal"])
+                ));
+            }
+            text.push_str(&render_plan(&plan, Shown::Planned));
             if let Some(out) = options.out {
                 text.push_str(&format!(
                     "Saved to {}; apply exactly this plan with `fleet apply --plan {}`.\n",
@@ -469,11 +489,25 @@ fn what_moved(saved: &Value, now: &Value) -> String {
 /// Exit code 0 when converged (or never applied), 2 when drifted (SPEC §9).
 pub fn status(client: &Client, raw: bool, refresh: bool) -> Result<u8, CliError> {
     let request = if refresh { json!({"refresh": true}) } else { json!({}) };
-    let status = client.call("fleet/status", &request)?;
+    let mut status = client.call("fleet/status", &request)?;
+    // The git source's state beside the drift: git ahead of what was applied is not the
+    // estate drifting from it. A tenant without a source, or a token that may not read
+    // it, shows none.
+    let source = match client.call("sources/get", &json!({})) {
+        Ok(answer) => Some(answer["source"].clone()),
+        Err(CliError::Api { code, .. }) if code == "NOT_FOUND" || code == "PERMISSION_DENIED" => None,
+        Err(error) => return Err(error),
+    };
     if raw {
+        if let Some(source) = &source {
+            status["source"] = source.clone();
+        }
         print_json(&status)?;
     } else {
         print!("{}", render_status(&status));
+        if let Some(source) = &source {
+            println!("Git source {}: {}.", printable(&source["url"]), crate::source::state_line(source));
+        }
     }
     Ok(if status.get("drift").is_some() { EXIT_CHANGES } else { EXIT_OK })
 }

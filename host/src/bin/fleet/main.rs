@@ -22,10 +22,11 @@ mod proposals;
 mod provenance;
 mod render;
 mod serve;
+mod source;
 
 use cli::{
-    Admin, AdminArgs, Cli, Command, PluginCommand, PolicyCommand, SecretKeyCommand, ServerArgs, TenantCommand,
-    TokenCommand,
+    Admin, AdminArgs, Cli, Command, PluginCommand, PolicyCommand, SecretKeyCommand, ServerArgs, SourceCommand,
+    TenantCommand, TokenCommand,
 };
 use client::{CliError, Client};
 use commands::{ApplySource, Confirm};
@@ -80,11 +81,14 @@ fn main() -> ExitCode {
         Command::Export { server, output, format } => {
             client(&server).and_then(|client| commands::export(&client, output.as_deref(), format))
         }
-        Command::Plan { server, file, prune, out, format, output, json } => client(&server).and_then(|client| {
-            let format = if json { commands::PlanFormat::Json } else { format };
-            let options = commands::PlanOptions { prune, out: out.as_deref(), format, output: output.as_deref() };
-            commands::plan(&client, &file, &options)
-        }),
+        Command::Plan { server, file, prune, out, format, output, json, as_source } => {
+            client(&server).and_then(|client| {
+                let format = if json { commands::PlanFormat::Json } else { format };
+                let options =
+                    commands::PlanOptions { prune, out: out.as_deref(), format, output: output.as_deref(), as_source };
+                commands::plan(&client, &file, &options)
+            })
+        }
         Command::Apply { server, file, prune, plan_hash, plan, proposal, yes, overrides, heal, source, json } => {
             client(&server).and_then(|client| {
                 let overrides = commands::overrides(&overrides)?;
@@ -138,6 +142,51 @@ fn main() -> ExitCode {
         }
         Command::Audit { server, kind, id, key, before, after, limit, json } => client(&server)
             .and_then(|client| audit::audit(&client, &audit::Filter { kind, id, key, before, after, limit }, json)),
+        Command::Source { server, command, json } => client(&server).and_then(|client| match command {
+            None => source::call(&client, "get", serde_json::json!({}), json),
+            Some(SourceCommand::Set {
+                url,
+                branch,
+                path,
+                mode,
+                prune,
+                heal,
+                interval,
+                token_file,
+                username,
+                signers,
+            }) => {
+                let set = source::Set {
+                    url: &url,
+                    branch: branch.as_deref(),
+                    path: path.as_deref(),
+                    mode: &mode,
+                    prune,
+                    heal,
+                    interval: interval.as_deref(),
+                    token_file: token_file.as_deref(),
+                    username: username.as_deref(),
+                    signers: &signers,
+                };
+                source::set(&client, &set, json)
+            }
+            Some(SourceCommand::Refresh) => source::call(&client, "refresh", serde_json::json!({}), json),
+            Some(SourceCommand::Unpin) => source::call(&client, "unpin", serde_json::json!({}), json),
+            Some(SourceCommand::Delete) => source::call(&client, "delete", serde_json::json!({}), json),
+            Some(SourceCommand::Pin { commit }) => {
+                source::call(&client, "pin", serde_json::json!({"commit": commit}), json)
+            }
+            Some(SourceCommand::Sync { commit, plan_hash }) => {
+                let mut body = serde_json::json!({});
+                if let Some(commit) = commit {
+                    body["commit"] = serde_json::json!(commit);
+                }
+                if let Some(plan_hash) = plan_hash {
+                    body["planHash"] = serde_json::json!(plan_hash);
+                }
+                source::call(&client, "sync", body, json)
+            }
+        }),
         Command::Status { server, refresh, json } => {
             client(&server).and_then(|client| commands::status(&client, json, refresh))
         }
