@@ -340,6 +340,7 @@ guides! {
     cli_and_ci: "docs/guide/cli-and-ci.md",
     console: "docs/guide/console.md",
     edge: "docs/guide/edge.md",
+    git: "docs/guide/git.md",
     guardrails: "docs/guide/guardrails.md",
     history: "docs/guide/history.md",
     operating: "docs/guide/operating.md",
