@@ -12,6 +12,7 @@ mod connections; // §7a
 mod edge; // §11
 mod events; // §6.5
 mod fleet; // §6
+mod git_hooks; // §20.3's inbound hook
 mod git_sources; // §20.3
 mod guardrails; // §14
 mod history; // §15

@@ -1,7 +1,7 @@
 //! The HTTP server: hyper over tokio, the route table, the error envelope, the body
 //! limit and timeout, `/metrics`, and graceful shutdown. Methods go to the
 //! [`Dispatcher`]; the event stream is `sse`, the console's page `console`, the API's
-//! description `openapi`.
+//! description `openapi`; a git source's inbound hook goes to [`Hooks`].
 
 pub mod connection;
 pub mod console;
@@ -39,6 +39,7 @@ use crate::events::Wake;
 use crate::http::connection::{Activity, Enveloped, Limits, TimedIo, Tracked};
 use crate::http::request_id::RequestId;
 use crate::metrics::Metrics;
+use crate::sources::hook::{self, Hooks, Outcome};
 
 pub use openapi::openapi;
 
@@ -68,6 +69,8 @@ pub struct Server {
     /// Turns true when the server stops serving: endless responses (event streams) end,
     /// so that a graceful shutdown does not wait for them forever.
     pub stopping: watch::Sender<bool>,
+    /// Receives git sources' inbound hooks (`POST /hooks/sources/<id>`), when served.
+    pub hooks: Option<Arc<Hooks>>,
     /// `GET /api/openapi.json`, made once.
     description: Value,
 }
@@ -90,6 +93,7 @@ impl Server {
             console_dir: None,
             wake,
             stopping: watch::Sender::new(false),
+            hooks: None,
             description,
         }
     }
@@ -222,6 +226,7 @@ enum Route {
     EventStream,
     Console,
     Method,
+    SourceHook,
 }
 
 impl Route {
@@ -234,13 +239,14 @@ impl Route {
             sse::STREAM_PATH => Route::EventStream,
             _ if console::owns(path) => Route::Console,
             _ if server.dispatcher.registry().by_path(path).is_some() => Route::Method,
+            _ if path.starts_with(hook::PATH) && server.hooks.is_some() => Route::SourceHook,
             _ => return None,
         })
     }
 
     fn http_method(&self) -> (HttpMethod, &'static str) {
         match self {
-            Route::Method => (HttpMethod::POST, "POST"),
+            Route::Method | Route::SourceHook => (HttpMethod::POST, "POST"),
             _ => (HttpMethod::GET, "GET"),
         }
     }
@@ -349,6 +355,43 @@ async fn route(server: &Arc<Server>, request: Request<Incoming>, log: &mut Reque
                 Err(error) => log.failed(error),
             }
         }
+        Route::SourceHook => {
+            log.method = "sources.hook".into();
+            source_hook(server, request, log).await
+        }
+    }
+}
+
+/// A git source's inbound hook: its body read up to [`hook::MAX_BODY`], then the hook
+/// checked and recorded on a blocking thread. No bearer token: the signature is the
+/// authentication.
+async fn source_hook(server: &Server, request: Request<Incoming>, log: &mut RequestLog) -> Response<Body> {
+    let Some(hooks) = server.hooks.clone() else {
+        return log.failed(ApiError::not_found("no source has this hook"));
+    };
+    let id = request.uri().path().strip_prefix(hook::PATH).unwrap_or_default().to_owned();
+    let headers = request.headers().clone();
+    let (body, held) = match read_body(request, hook::MAX_BODY, server.limits.body_timeout, &server.memory).await {
+        Ok(read) => read,
+        Err(error) => return log.failed(error),
+    };
+    let span = tracing::Span::current();
+    let heard = tokio::task::spawn_blocking(move || {
+        let _serving = span.enter();
+        let heard = hooks.receive(&id, &headers, &body);
+        drop((body, held));
+        heard
+    })
+    .await;
+    let heard = match heard {
+        Ok(heard) => heard,
+        Err(panic) => return log.failed(ApiError::internal(format_args!("the hook's handler panicked: {panic}"))),
+    };
+    log.tenant = heard.tenant;
+    match heard.outcome {
+        Ok(outcome @ Outcome::Accepted { .. }) => json(StatusCode::ACCEPTED, &outcome.body()),
+        Ok(outcome @ Outcome::Duplicate) => json(StatusCode::OK, &outcome.body()),
+        Err(error) => log.failed(error),
     }
 }
 
