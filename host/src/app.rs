@@ -195,7 +195,9 @@ impl Core {
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
         let reconciler = Arc::new(Reconciler::new(planning.clone(), dispatcher.clone()));
-        let sources = Arc::new(sources::Runner::new(dispatcher.clone(), git, config.secret_key.clone(), wake.clone()));
+        let timeouts = (config.git.timeout, config.request_timeout);
+        let sources =
+            Arc::new(sources::Runner::new(dispatcher.clone(), git, config.secret_key.clone(), wake.clone(), timeouts));
         Ok(Core {
             db,
             deliverer,
@@ -305,6 +307,8 @@ fn server(config: &Config, core: &Core) -> Server {
     server.body_limit = config.body_limit;
     server.memory = crate::calls::memory::RequestMemory::new(config.request_memory_total);
     server.console_dir.clone_from(&config.console_dir);
+    let key = config.secret_key.clone();
+    server.hooks = Some(Arc::new(sources::hook::Hooks::new(core.db.clone(), key, config.read_only)));
     server
 }
 

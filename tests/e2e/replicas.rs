@@ -203,3 +203,57 @@ fn three_replicas_deliver_each_webhook_delivery_once() {
     assert_eq!(ids, expected, "each delivery once, none twice");
     assert!(received.iter().all(|got| got["valid"] == true));
 }
+
+/// Git sources (SPEC §20.3): two replicas poll one database for due sources, and each
+/// source's cycle is claimed by one of them: every source applied once, announced once,
+/// and a refresh asked of both at once runs one cycle after the other.
+#[test]
+fn two_replicas_run_each_sources_cycle_once() {
+    use crate::support::git::{Daemon, Repo};
+    let dir = tempfile::tempdir().unwrap();
+    let launch = Launch { db: Some(database_of(dir.path())), ..Launch::default() };
+    let replicas: Vec<Server> = (0..2)
+        .map(|replica| {
+            let cache = dir.path().join(format!("git-{replica}"));
+            let flags = ["--git-allow-insecure", "--git-allow", "127.0.0.0/8", "--git-cache", cache.to_str().unwrap()];
+            Server::launch(tempfile::tempdir().unwrap(), &flags, &launch)
+        })
+        .collect();
+    let repo = Repo::new();
+    repo.commit(&[("estate.json", Some(&estate().to_string()))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    let tenants: Vec<(String, String)> = (0..6)
+        .map(|index| format!("t{index}"))
+        .map(|tenant| (tenant.clone(), replicas[0].tenant_with_token(&tenant)))
+        .collect();
+    for (_, token) in &tenants {
+        replicas[0].ok(token, "sources/put", json!({"url": daemon.url(), "path": "estate.json", "mode": "auto"}));
+    }
+    // Due at once: the replicas' runners share them out within a poll or two.
+    let synced = eventually(Duration::from_secs(60), || {
+        tenants
+            .iter()
+            .all(|(_, token)| replicas[1].ok(token, "sources/get", json!({}))["source"]["status"]["state"] == "synced")
+    });
+    assert!(synced, "every source's first cycle ran");
+    for (tenant, token) in &tenants {
+        let revisions = replicas[1].ok(token, "fleet/history", json!({}))["revisions"].as_array().unwrap().len();
+        assert_eq!(revisions, 1, "{tenant}: applied once");
+        let events = replicas[1].ok(token, "events/list", json!({}))["events"].clone();
+        let synced = events.as_array().unwrap().iter().filter(|event| event["type"] == "source.synced").count();
+        assert_eq!(synced, 1, "{tenant}: announced once: {events}");
+    }
+    // A refresh asked of both replicas at once: one cycle, then the other; no new revision.
+    let (_, token) = &tenants[0];
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let asked: Vec<_> = replicas
+            .iter()
+            .map(|replica| scope.spawn(move || replica.call(token, "sources/refresh", json!({}))))
+            .collect();
+        asked.into_iter().map(|asked| asked.join().unwrap()).collect()
+    });
+    for (status, body) in &answers {
+        assert_eq!((status, &body["source"]["status"]["state"]), (&200, &json!("synced")), "{body}");
+    }
+    assert_eq!(replicas[1].ok(token, "fleet/history", json!({}))["revisions"].as_array().unwrap().len(), 1);
+}

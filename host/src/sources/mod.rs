@@ -3,10 +3,12 @@
 //! tells who signed a commit, `source` reads and keeps the source, `methods` serves
 //! `compute.sources.*`, and `cycle` is one cycle, which the [`Runner`] runs for every
 //! due source once among the replicas (claimed in the database, as drift checks are)
-//! and for the methods that ask for one now.
+//! and for the methods that ask for one now; `hook` brings a source's next cycle
+//! forward when its inbound hook is called.
 
 pub mod cycle;
 pub mod git;
+pub mod hook;
 mod methods;
 pub mod signature;
 pub mod source;
@@ -26,11 +28,9 @@ pub use cycle::Ask;
 use cycle::Cycles;
 pub use methods::register;
 
-/// How long a replica holds a cycle it claimed: past it, another may run it (the holder
-/// died). Longer than any fetch and apply of a cycle.
-const CLAIM: Duration = Duration::from_secs(15 * 60);
-/// How often a replica looks for due sources.
-const POLL: Duration = Duration::from_secs(5);
+/// How often a replica looks for due sources: a hook's refresh waits at most this long
+/// past its time.
+const POLL: Duration = Duration::from_secs(1);
 
 /// A request to run one tenant's cycle now, or to plan as its source would, and where
 /// its answer goes.
@@ -86,13 +86,26 @@ pub struct Runner {
     key: Option<Key>,
     wake: Wake,
     replica: String,
+    /// How long a replica holds a cycle it claimed: past it, another may run it (the
+    /// holder died).
+    claim_for: Duration,
 }
 
 impl Runner {
-    pub fn new(dispatcher: Arc<Dispatcher>, git: Arc<git::Git>, key: Option<Key>, wake: Wake) -> Runner {
+    /// The runner of this replica. A claim outlasts any cycle: its git operations (three
+    /// at most on one commit, each within `git_timeout`) and a plan and an apply (each
+    /// within `request_timeout`), and ten seconds more.
+    pub fn new(
+        dispatcher: Arc<Dispatcher>,
+        git: Arc<git::Git>,
+        key: Option<Key>,
+        wake: Wake,
+        (git_timeout, request_timeout): (Duration, Duration),
+    ) -> Runner {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
         let replica = format!("{}:{}", host.trim(), std::process::id());
-        Runner { dispatcher, git, key, wake, replica }
+        let claim_for = git_timeout * 3 + request_timeout * 2 + Duration::from_secs(10);
+        Runner { dispatcher, git, key, wake, replica, claim_for }
     }
 
     /// Polls for due sources and serves what is asked, until `shutdown` resolves.
@@ -138,7 +151,7 @@ impl Runner {
 
     /// A cycle asked for now: claimed first, waiting a little for one another replica
     /// runs; the source as it is afterwards.
-    fn cycle_now(&self, tenant: &str, ask: &Ask) -> Result<Value, ApiError> {
+    pub fn cycle_now(&self, tenant: &str, ask: &Ask) -> Result<Value, ApiError> {
         let mut waited = Duration::ZERO;
         while self.claim(Some(tenant))?.is_none() {
             if source::stored(&self.dispatcher.db().get()?, tenant)?.is_none() {
@@ -183,9 +196,13 @@ impl Runner {
         // A tenth of the interval of jitter, so that sources put together spread out.
         let jitter = rand::random_range(0..=interval / 10);
         let due = now_ms().saturating_add(interval).saturating_add(jitter);
+        // A hook that came during the cycle (`due_ms` set after the claim) keeps its refresh.
+        let claim = i64::try_from(self.claim_for.as_millis()).unwrap_or(i64::MAX);
         self.dispatcher.db().get()?.execute(
-            "UPDATE sources SET holder = NULL, claimed_until_ms = NULL, due_ms = ?3 WHERE tenant = ?1 AND holder = ?2",
-            params![tenant, &self.replica, due],
+            "UPDATE sources SET holder = NULL, claimed_until_ms = NULL,
+               due_ms = CASE WHEN due_ms > claimed_until_ms - ?4 AND due_ms < ?3 THEN due_ms ELSE ?3 END
+             WHERE tenant = ?1 AND holder = ?2",
+            params![tenant, &self.replica, due, claim],
         )?;
         ran
     }
@@ -195,11 +212,13 @@ impl Runner {
     fn claim(&self, tenant: Option<&str>) -> Result<Option<String>, ApiError> {
         let db = self.dispatcher.db().get()?;
         let now = now_ms();
-        let until = now.saturating_add(i64::try_from(CLAIM.as_millis()).unwrap_or(i64::MAX));
+        let until = now.saturating_add(i64::try_from(self.claim_for.as_millis()).unwrap_or(i64::MAX));
         let free = "(claimed_until_ms IS NULL OR claimed_until_ms <= ?2)";
         let sql = match (tenant, db.backend()) {
             (Some(_), _) => format!(
-                "UPDATE sources SET holder = ?1, claimed_until_ms = ?3 WHERE tenant = ?4 AND {free} RETURNING tenant"
+                "UPDATE sources SET holder = ?1, claimed_until_ms = ?3,
+                   due_ms = CASE WHEN due_ms > ?2 THEN ?2 ELSE due_ms END
+                 WHERE tenant = ?4 AND {free} RETURNING tenant"
             ),
             (None, db::Backend::Postgres) => format!(
                 "WITH due AS MATERIALIZED (SELECT tenant FROM sources WHERE due_ms <= ?2 AND {free}
