@@ -14,6 +14,7 @@ import { mountEstate, renderEstate, renderObject } from './estate.js';
 import { mountHistory, renderHistory } from './history.js';
 import { mountProposals, renderProposals } from './proposals.js';
 import { renderWebhooks } from './webhooks.js';
+import { forgetSources, renderSources, sourcesReadable } from './sources.js';
 import { renderCapacity } from './capacity.js';
 
 /** After each read of the tenant: who is signed in, and the plan view's planner over the new snapshot. */
@@ -35,11 +36,14 @@ async function signIn(token) {
   submit.disabled = true;
   try {
     const may = await probe();
+    if (may.fleet) await loadTenant();
+    // After the tenant's read: its snapshot names the token's grants, which decide this.
+    may.sources = await sourcesReadable();
     if (!Object.values(may).some(Boolean)) {
       throw new Error('the token may read none of what the console shows: it needs compute:fleet:admin @ compute-fleet, ' +
-        'compute:proposals:read @ compute-proposals or compute:webhooks:read @ compute-webhooks');
+        'compute:proposals:read @ compute-proposals, compute:webhooks:read @ compute-webhooks ' +
+        'or compute:sources:read @ compute-sources');
     }
-    if (may.fleet) await loadTenant();
   } catch (error) {
     if (error instanceof SignedOut) return;
     forgetToken();
@@ -70,6 +74,7 @@ function allowed(view) {
   const may = tenant.may ?? {};
   if (view === 'proposals') return Boolean(may.proposals);
   if (view === 'webhooks') return Boolean(may.webhooks);
+  if (view === 'source') return Boolean(may.sources);
   return Boolean(may.fleet);
 }
 
@@ -80,12 +85,13 @@ function signOut() {
   // Nothing of the tenant stays in the page for whoever signs in next.
   for (const view of document.querySelectorAll('.view')) view.hidden = true;
   for (const id of ['status-body', 'events', 'kinds', 'rows', 'object-body', 'revisions', 'difference', 'owners', 'from', 'to',
-    'proposal-list', 'proposal', 'webhook-list']) {
+    'proposal-list', 'proposal', 'webhook-list', 'source-body']) {
     $(id).replaceChildren();
   }
   for (const id of ['who', 'live', 'estate-count', 'shown', 'object-title']) $(id).textContent = '';
   $('filter').value = '';
   forgetPlan();
+  forgetSources();
   $('views').hidden = true;
   $('signed-in').hidden = true;
   $('sign-in').hidden = false;
@@ -132,7 +138,7 @@ function route() {
 }
 
 /** The views, as the URL's fragment names them (`#estate/pool` is the estate's). */
-const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'proposals', 'history', 'webhooks', 'capacity']);
+const VIEWS = new Set(['status', 'estate', 'object', 'plan', 'proposals', 'history', 'webhooks', 'source', 'capacity']);
 
 /** The view on screen, to tell a redraw from a change of view. */
 let shownView = null;
@@ -144,6 +150,7 @@ async function render(view, rest) {
   else if (view === 'proposals') await renderProposals(rest[0]);
   else if (view === 'history') await renderHistory();
   else if (view === 'webhooks') await renderWebhooks();
+  else if (view === 'source') await renderSources();
   else if (view === 'capacity') renderCapacity(tenant.document);
 }
 

@@ -36,7 +36,7 @@ macro_rules! scripts {
         [$((concat!("/console/", $name), "text/javascript; charset=utf-8", include_str!(concat!("../../../console/", $name)))),*]
     };
 }
-const SCRIPTS: [(&str, &str, &str); 13] = scripts![
+const SCRIPTS: [(&str, &str, &str); 14] = scripts![
     "app.js",
     "session.js",
     "dom.js",
@@ -49,6 +49,7 @@ const SCRIPTS: [(&str, &str, &str); 13] = scripts![
     "history.js",
     "proposals.js",
     "webhooks.js",
+    "sources.js",
     "capacity.js",
 ];
 const PAGES: [(&str, &str, &str); 2] = [
