@@ -26,6 +26,7 @@ mod report;
 mod rss;
 mod server;
 mod small;
+mod sources;
 mod support;
 mod webhooks;
 
@@ -132,6 +133,7 @@ async fn run(args: Args) -> Result<()> {
     add(&mut report, json!({"apply_ms": ms(apply)}));
     add(&mut report, apply::proposal(&server, &document).await?);
     add(&mut report, webhooks::figures(&server, &document).await?);
+    add(&mut report, sources::figures(&server, &document, args.runs).await?);
     add(&mut report, apply::history(&server, &document, args.runs).await?);
     let changed = with_changed_pools(&document);
     let planner = planner::Planner::new(&server, &changed).await?;
@@ -230,8 +232,9 @@ async fn profile(args: &Args, figure: Figure) -> Result<()> {
 
 /// The ratios of figures of different groups: `(ratio, figure, over figure)`. A ratio
 /// of a figure the run left out is left out; one of a figure that failed is null.
-const RATIOS: [(&str, &str, &str); 8] = [
+const RATIOS: [(&str, &str, &str); 9] = [
     ("apply_webhooks_over_apply", "apply_webhooks_ms", "apply_ms"),
+    ("source_cycle_over_apply", "source_cycle_10k_ms", "apply_ms"),
     ("policies_over_plan", "http_plan_policies_ms_p50", "http_plan_ms_p50"),
     ("proposal_apply_over_apply", "proposal_apply_ms", "apply_ms"),
     ("apply_after_revisions_over_first", "apply_after_revisions_ms", "apply_ms"),

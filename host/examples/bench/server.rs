@@ -31,7 +31,7 @@ pub struct Server {
 /// `small` the demo estate, `plugins` an estate half of plugin objects, `history` one
 /// with 10,000 earlier revisions, `proposals` the large estate applied as a proposal
 /// (`reviewer` reviews it there), `webhooks` the large apply with ten webhooks, `growth`
-/// the large estate ten times over.
+/// the large estate ten times over, `sources` the large estate from a git source.
 pub struct Tokens {
     pub bench: String,
     pub small: String,
@@ -41,6 +41,7 @@ pub struct Tokens {
     pub reviewer: String,
     pub webhooks: String,
     pub growth: String,
+    pub sources: String,
 }
 
 /// The tenants' time of creation.
@@ -57,6 +58,9 @@ impl Server {
         config.body_limit = 256 << 20;
         // The webhook figures' receiver is on 127.0.0.1, over http.
         config.webhook_reach = fleet::webhooks::Reach { allow_http: true, allow: vec!["127.0.0.0/8".parse()?] };
+        // The git sources' figures fetch from a repository on disk.
+        config.git.allow_insecure = true;
+        config.git.cache = dir.path().join("git");
         config.plugins = vec![std::path::Path::new(env!("FLEET_PLUGINS_DIR")).join("reservations.wasm")];
         // Off the runtime's threads: the PostgreSQL client runs a runtime of its own.
         let app = tokio::task::spawn_blocking(move || App::new(config)).await??;
@@ -75,6 +79,7 @@ impl Server {
                 reviewer: auth::create_token(&db, "proposals", "bob", &["compute:*:* @ *".to_owned()], NOW, None)?,
                 webhooks: token("webhooks")?,
                 growth: token("growth")?,
+                sources: token("sources")?,
             })
         })?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
