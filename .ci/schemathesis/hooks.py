@@ -6,8 +6,8 @@ refusals answer 400 and no schema can express them: a change to an immutable fie
 rules (SPEC §10: the example `reservations` plugin's times and capacities). Two more
 are content no JSON Schema can state: a policy source that is not Rego (SPEC §14), and
 objects for a plugin check that are not objects of their kinds (compute.preview.check).
-A webhook's URL must resolve to public addresses (SPEC §18), which is the network's
-answer. Renames (SPEC §15) and overrides (SPEC §14) compare entries with each other: `from`
+A webhook's or a git source's URL must resolve to public addresses (SPEC §18, §20.3),
+which is the network's answer, and a source's allowed signers are OpenSSH keys. Renames (SPEC §15) and overrides (SPEC §14) compare entries with each other: `from`
 equal to `to`, two entries of a kind moving the same name, two overrides of one policy. schemathesis.toml turns
 the stock positive_data_acceptance check off (its per-operation switch does not reach
 the stateful phase); this check takes its place everywhere: schema-valid data must be
@@ -34,6 +34,7 @@ STATE_RULES = {
     "/api/compute/fleet/apply",
     "/api/compute/proposals/create",
     "/api/compute/webhooks/put",
+    "/api/compute/sources/put",
 }
 
 # What a document's renames may be refused for, by comparing them (docs/decisions/0016).
@@ -74,6 +75,13 @@ def documented(problem):
     if problem.get("path") == "/url" and ("does not resolve" in message or "not a public address" in message
                                           or "resolves to no address" in message
                                           or message.startswith(("must be an absolute URL", "must name a host"))):
+        return True
+    # A git source's host too (SPEC §20.3), and it must be a name or an address written
+    # plainly; an allowed signer is an OpenSSH key, whose encoding no pattern states.
+    if problem.get("path") == "/url" and ("cannot resolve" in message or "resolves to" in message
+                                          or "is neither a DNS name nor an IP address" in message):
+        return True
+    if problem.get("path", "").startswith("/signers/"):
         return True
     if message.startswith("is immutable: it cannot change from"):
         return True

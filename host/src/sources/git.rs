@@ -259,6 +259,11 @@ impl Git {
         }
     }
 
+    /// Whether `http`, `git` and `file` URLs are admitted (`serve --git-allow-insecure`).
+    pub fn allows_insecure(&self) -> bool {
+        self.config.allow_insecure
+    }
+
     /// The URL's form, before any name is resolved: `https`, or `http`, `git` and `file`
     /// when the deployment allows insecure URLs; never a remote helper's
     /// `transport::address` (`ext::` runs a command), never credentials in the URL (they

@@ -26,19 +26,25 @@ pub fn register(registry: &mut Registry, git: Arc<Git>, key: Option<Key>, asking
     let empty = json!({"type": "object", "additionalProperties": false});
     let answer = json!({"type": "object", "required": ["source"], "properties": {"source": {"type": "object"}}});
     let commit = json!({"type": "string", "pattern": "^[0-9a-f]{40}([0-9a-f]{24})?$"});
+    let text = json!({"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "^[!-~]+$"});
+    let put_input = json!({"type": "object", "additionalProperties": false, "required": ["url", "mode"], "properties": {
+        "url": {"type": "string", "maxLength": 2048, "pattern": url_pattern(git.allows_insecure()),
+                "description": "The repository: https (http, git and file too under serve --git-allow-insecure), no credentials in it."},
+        "branch": {"type": "string", "default": "main", "maxLength": 255, "pattern": source::branch_pattern()},
+        "path": {"type": "string", "default": ".", "maxLength": 1024, "pattern": source::path_pattern()},
+        "mode": {"type": "string", "enum": ["observe", "propose", "auto"]},
+        "prune": {"type": "boolean", "default": false}, "heal": {"type": "boolean", "default": false},
+        "interval": {"type": "string", "default": "3m", "pattern": source::INTERVAL_PATTERN},
+        "credential": {"type": "object", "additionalProperties": false, "required": ["token"], "properties": {
+            "username": text.clone(), "token": text}},
+        "signers": {"type": "array", "maxItems": source::MAX_SIGNERS, "items": {"type": "string", "maxLength": 16384,
+                    "description": "An OpenSSH public key line."}}}});
     registry.register(
         Method::new("sources", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&git, key.as_ref(), ctx, body)))
             .phase("v0.5")
             .summary("Creates or replaces the tenant's git source: the repository, branch and path of its document, the mode (observe, propose, auto), prune, heal, interval, credential and allowed signers. Answers the inbound hook's secret, this once.")
             .schemas(
-                json!({"type": "object", "additionalProperties": false, "required": ["url", "mode"], "properties": {
-                    "url": {"type": "string"}, "branch": {"type": "string", "default": "main"},
-                    "path": {"type": "string", "default": "."}, "mode": {"type": "string", "enum": ["observe", "propose", "auto"]},
-                    "prune": {"type": "boolean", "default": false}, "heal": {"type": "boolean", "default": false},
-                    "interval": {"type": "string", "default": "3m"},
-                    "credential": {"type": "object", "additionalProperties": false, "required": ["token"], "properties": {
-                        "username": {"type": "string"}, "token": {"type": "string"}}},
-                    "signers": {"type": "array", "items": {"type": "string"}}}}),
+                put_input,
                 json!({"type": "object", "required": ["source", "hookSecret"], "properties": {
                     "source": {"type": "object"}, "hookSecret": {"type": "string"}}}),
             ),
@@ -87,7 +93,8 @@ pub fn register(registry: &mut Registry, git: Arc<Git>, key: Option<Key>, asking
             .phase("v0.5")
             .summary("The plan the source would apply: of the document given (a pull request's), or of the document at a commit (the head by default), made as the source's principal with its prune. Changes nothing; needs only compute:sources:plan.")
             .schemas(
-                json!({"type": "object", "additionalProperties": false, "properties": {
+                // A document, or the document at a commit: not both.
+                json!({"type": "object", "additionalProperties": false, "maxProperties": 1, "properties": {
                     "document": {"type": "object"}, "commit": commit}}),
                 json!({"type": "object", "required": ["plan", "tenant", "principal", "prune"], "properties": {
                     "plan": {"type": "object"}, "tenant": {"type": "string"}, "principal": {"type": "string"},
@@ -101,10 +108,23 @@ pub fn register(registry: &mut Registry, git: Arc<Git>, key: Option<Key>, asking
             .summary("Applies the document at a commit (the head by default), in any mode, optionally pinned to a plan hash; also needs what an apply needs.")
             .schemas(
                 json!({"type": "object", "additionalProperties": false, "properties": {
-                    "commit": commit, "planHash": {"type": "string"}}}),
+                    "commit": commit, "planHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}}),
                 answer,
             ),
     );
+}
+
+/// What a source's `url` must look like before its host is looked at: `https://host[:port]/path`
+/// (and `http`, `git` or `file:///path` when insecure transports are allowed), no
+/// credentials, spaces, `\\`, `?` or `#`.
+fn url_pattern(insecure: bool) -> String {
+    const HOST: &str = "(?:\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+)";
+    const PORT: &str = "(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?";
+    const PATH: &str = "/[^\\u0000-\\u0020\\u007f-\\u009f\\\\?#]+";
+    match insecure {
+        true => format!("^(?:(?:https|http|git)://{HOST}{PORT}{PATH}|file://{PATH})$"),
+        false => format!("^https://{HOST}{PORT}{PATH}$"),
+    }
 }
 
 fn put(git: &Git, key: Option<&Key>, ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
@@ -246,6 +266,13 @@ fn sync(asking: &Asking, call: Call) -> Result<Value, ApiError> {
     let mut input = Input::new(parse_body(call.body.as_bytes())?)?;
     let commit = input.string("commit", false);
     let plan_hash = input.string("planHash", false);
+    let is_hash = |hash: &str| {
+        hash.strip_prefix("sha256:")
+            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
+    };
+    if plan_hash.as_deref().is_some_and(|hash| !is_hash(hash)) {
+        input.problem("planHash", "must be a plan hash: sha256: and 64 lowercase hex digits");
+    }
     if let Some(commit) = &commit
         && !is_commit(commit)
     {

@@ -12,10 +12,6 @@ use crate::api::{ApiError, Problem};
 use crate::calls::input::Input;
 use crate::db::{Conn, params};
 
-/// The shortest interval between two cycles a source may ask for.
-pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
-/// The longest: a day.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// What `interval` is when a put does not say.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(180);
 /// The most allowed signers a source lists.
@@ -89,11 +85,11 @@ impl Put {
             }
             parsed
         });
-        let interval = match interval.as_deref().map(humantime::parse_duration) {
+        let interval = match interval.as_deref().map(self::interval) {
             None => DEFAULT_INTERVAL,
-            Some(Ok(interval)) if (MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) => interval,
-            Some(_) => {
-                input.problem("interval", "must be a duration from 1m to 24h, such as \"3m\"");
+            Some(Some(interval)) => interval,
+            Some(None) => {
+                input.problem("interval", "must be 1m to 1440m, or 1h to 24h, such as \"3m\"");
                 DEFAULT_INTERVAL
             }
         };
@@ -175,36 +171,71 @@ fn read_credential(credential: Value) -> Result<Credential, Vec<Problem>> {
     }
 }
 
-/// A branch's name as git allows it (`git check-ref-format`), a little stricter: no
-/// option-like or hidden parts, at most 255 bytes.
+/// A part of a branch's name: a letter, digit or `_`, then letters, digits, `_` and `-`.
+const BRANCH_PART: &str = "[A-Za-z0-9_][A-Za-z0-9_-]*";
+/// A part of a path: an optional leading `.` (a hidden directory), a letter, digit or
+/// `_`, then letters, digits, spaces and `._+@=,~-`: never `.` or `..`, never an option.
+const PATH_PART: &str = "\\.?[A-Za-z0-9_][A-Za-z0-9._ +@=,~-]*";
+
+/// What `branch` must be: parts joined by `.` or `/` (so no `..`, `//`, `/.`, and no
+/// leading or trailing `.`, `/` or `-`), at most 255 characters — what `git
+/// check-ref-format` allows, a little stricter. The request schema states it.
+pub fn branch_pattern() -> String {
+    format!("^{BRANCH_PART}(?:[./]{BRANCH_PART})*$")
+}
+
+/// What `path` must be: `.` (the whole tree) or parts joined by `/`, at most 1024
+/// characters. The request schema states it.
+pub fn path_pattern() -> String {
+    format!("^(?:\\.|{PATH_PART}(?:/{PATH_PART})*)$")
+}
+
+/// What `interval` must be: 1 to 1440 minutes, or 1 to 24 hours.
+pub const INTERVAL_PATTERN: &str =
+    "^(?:(?:[1-9]|[1-9][0-9]|[1-9][0-9]{2}|1[0-3][0-9]{2}|14[0-3][0-9]|1440)m|(?:[1-9]|1[0-9]|2[0-4])h)$";
+
+/// Whether `text` is parts of `part` joined by one of `joins`.
+fn is_joined(text: &str, joins: &[char], part: impl Fn(&str) -> bool) -> bool {
+    text.split(|c| joins.contains(&c)).all(part)
+}
+
 fn check_branch(branch: &str) -> Result<(), String> {
-    let refused = || {
-        Err("must be a branch name: letters, digits and . _ - / without .., //, a leading - or . or a trailing / or .lock".to_owned())
+    let part_ok = |part: &str| {
+        part.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
     };
-    if branch.is_empty() || branch.len() > 255 || branch.starts_with(['-', '/', '.']) || branch.ends_with(['/', '.']) {
-        return refused();
-    }
-    if branch.contains("..") || branch.contains("//") || branch.contains("/.") || branch.ends_with(".lock") {
-        return refused();
-    }
-    match branch.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')) {
+    match branch.len() <= 255 && is_joined(branch, &['.', '/'], part_ok) {
         true => Ok(()),
-        false => refused(),
+        false => Err("must be a branch name: parts of letters, digits, _ and - (each starting with a letter, \
+                      digit or _) joined by . or /"
+            .to_owned()),
     }
 }
 
-/// The document's path in the repository: `.` (the whole tree), or a file or a
-/// directory by a relative path without `.` or `..` parts.
 fn check_path(path: &str) -> Result<(), String> {
-    if path == "." {
-        return Ok(());
-    }
-    let parts_ok = path.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
-    let characters_ok = path.chars().all(|c| !c.is_control() && c != '\\' && c != ':');
-    match path.len() <= 1024 && !path.starts_with('-') && parts_ok && characters_ok {
+    let part_ok = |part: &str| {
+        let part = part.strip_prefix('.').unwrap_or(part);
+        part.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || "._ +@=,~-".contains(c))
+    };
+    match path == "." || (path.chars().count() <= 1024 && is_joined(path, &['/'], part_ok)) {
         true => Ok(()),
-        false => Err("must be . or a relative path in the repository, without . or .. parts".to_owned()),
+        false => Err("must be . or a relative path in the repository: parts of letters, digits, spaces and \
+                      ._+@=,~- (each starting with a letter, digit or _, or . and one) joined by /"
+            .to_owned()),
     }
+}
+
+/// The interval `text` names, if it is one [`INTERVAL_PATTERN`] admits.
+fn interval(text: &str) -> Option<Duration> {
+    let (number, unit) = text.split_at(text.len().checked_sub(1)?);
+    let number: u64 = number.parse().ok().filter(|_| !number.starts_with('0'))?;
+    let seconds = match unit {
+        "m" if (1..=1440).contains(&number) => number * 60,
+        "h" if (1..=24).contains(&number) => number * 3600,
+        _ => return None,
+    };
+    Some(Duration::from_secs(seconds))
 }
 
 /// A source as its row holds it, less the secrets.
@@ -338,23 +369,44 @@ impl Stored {
 mod tests {
     use super::*;
 
+    /// Whether `text` matches `pattern` as the request schema states it.
+    fn matches(pattern: &str, text: &str) -> bool {
+        regex::Regex::new(pattern).unwrap().is_match(text)
+    }
+
     #[test]
-    fn branches_are_checked_as_git_would() {
-        for good in ["main", "release/1.2", "feature_x-y"] {
+    fn branches_are_checked_as_the_schema_states() {
+        for good in ["main", "release/1.2", "feature_x-y", "_x"] {
             assert_eq!(check_branch(good), Ok(()), "{good}");
+            assert!(matches(&branch_pattern(), good), "{good}");
         }
-        for bad in ["", "-x", "a..b", "a//b", "a/.b", "x.lock", "x/", "a b", "a~1", "a:b", ".hidden"] {
+        for bad in ["", "-x", "a..b", "a//b", "a/.b", "x/", "a b", "a~1", "a:b", ".hidden", "x.", "a/-b"] {
             assert!(check_branch(bad).is_err(), "{bad}");
+            assert!(!matches(&branch_pattern(), bad), "{bad}");
         }
     }
 
     #[test]
-    fn paths_stay_in_the_repository() {
-        for good in [".", "fleet", "fleet/estate.yaml", "a/b/c.json"] {
+    fn paths_stay_in_the_repository_as_the_schema_states() {
+        for good in [".", "fleet", "fleet/estate.yaml", "a/b/c.json", ".fleet/x", "my docs/fleet"] {
             assert_eq!(check_path(good), Ok(()), "{good}");
+            assert!(matches(&path_pattern(), good), "{good}");
         }
-        for bad in ["", "/etc", "../x", "a/../b", "a/./b", "a//b", "-x", "a\\b", "a\u{1}"] {
+        for bad in ["", "/etc", "../x", "a/../b", "a/./b", "a//b", "-x", "a\\b", "a\u{1}", "a/", "..", " a"] {
             assert!(check_path(bad).is_err(), "{bad}");
+            assert!(!matches(&path_pattern(), bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn intervals_are_minutes_or_hours_in_range() {
+        for (text, seconds) in [("1m", 60), ("3m", 180), ("1440m", 86_400), ("1h", 3600), ("24h", 86_400)] {
+            assert_eq!(interval(text), Some(Duration::from_secs(seconds)), "{text}");
+            assert!(matches(INTERVAL_PATTERN, text), "{text}");
+        }
+        for bad in ["", "0m", "1441m", "25h", "30s", "03m", "1d", "m", "1.5h"] {
+            assert_eq!(interval(bad), None, "{bad}");
+            assert!(!matches(INTERVAL_PATTERN, bad), "{bad}");
         }
     }
 
