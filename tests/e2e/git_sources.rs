@@ -12,11 +12,15 @@ use crate::support::{Server, code, problem_paths};
 /// A server whose sources may reach 127.0.0.1 over any transport, fetching into a cache
 /// of its own, within `timeout` and `max_bytes`.
 fn server_with(timeout: &str, max_bytes: &str) -> Server {
+    server_flags(&["--git-timeout", timeout, "--git-max-bytes", max_bytes])
+}
+
+/// A server as [`server_with`] says, with `more` flags.
+fn server_flags(more: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("git-cache");
-    let flags = ["--git-allow-insecure", "--git-allow", "127.0.0.0/8", "--git-timeout", timeout, "--git-max-bytes", max_bytes];
-    let mut flags: Vec<&str> = flags.to_vec();
-    flags.extend(["--git-cache", cache.to_str().unwrap()]);
+    let mut flags = vec!["--git-allow-insecure", "--git-allow", "127.0.0.0/8", "--git-cache", cache.to_str().unwrap()];
+    flags.extend_from_slice(more);
     Server::start_in(dir, &flags)
 }
 
@@ -430,4 +434,60 @@ fn the_command_line_sets_shows_and_drives_the_source() {
     assert!(fleet(&["source", "delete"]).contains("Deleted"));
     let output = crate::cli::fleet(&server, &acme, &["source"]);
     assert_eq!(output.status.code(), Some(1));
+}
+
+#[test]
+fn a_blocked_or_denied_plan_leaves_the_source_so_and_applies_nothing() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "synced");
+
+    // A pool's class cannot change: the plan is blocked, and nothing is applied.
+    let mut document = estate_with(48);
+    document["pools"]["gpu-a"]["class"] = json!("cpu");
+    let blocked = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&document)))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "blocked", "{source}");
+    let error = source["status"]["error"].as_str().unwrap();
+    assert!(error.starts_with("INVALID_STATE") && error.contains("gpu-a"), "{source}");
+    assert_eq!(source["status"]["lastAttempt"]["commit"], blocked.as_str());
+    assert_eq!(gpus(&server, &acme), Some(64));
+
+    // A mandatory policy of the tenant's that denies every change: denied.
+    let rego = "package frozen\n\ndeny contains \"the estate is frozen\" if {\n\tcount(input.calls) > 0\n}\n";
+    server.ok(&acme, "policies/put", json!({"name": "frozen", "level": "mandatory", "source": rego}));
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(48))))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "denied", "{source}");
+    let error = source["status"]["error"].as_str().unwrap();
+    assert!(error.starts_with("POLICY_DENIED") && error.contains("the estate is frozen"), "{source}");
+    assert_eq!(gpus(&server, &acme), Some(64));
+    let events = server.ok(&acme, "events/list", json!({}))["events"].as_array().unwrap().clone();
+    assert!(events.iter().any(|event| event["type"] == "source.blocked"), "{events:?}");
+}
+
+#[test]
+fn a_source_that_heals_restores_its_applied_commit_never_a_newer_one() {
+    let server = server_flags(&["--drift-interval", "1s"]);
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(64))))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "observe", json!({"heal": true}));
+    // Observe applies nothing; a sync applies the head, healed from then on.
+    server.ok(&acme, "sources/sync", json!({}));
+    assert_eq!(gpus(&server, &acme), Some(64));
+    // A newer commit, not yet applied (observe), and the estate changed by hand: the heal
+    // puts back the applied commit's 64, not the newer 48.
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate_with(48))))], &[]);
+    let pool = server.ok(&acme, "pools/list", json!({}))["items"][0]["id"].clone();
+    server.ok(&acme, "pools/update", json!({"id": pool, "gpus": 2}));
+    let healed = crate::support::eventually(std::time::Duration::from_secs(30), || gpus(&server, &acme) == Some(64));
+    assert!(healed, "fleet.drift healed to the applied commit: {:?}", gpus(&server, &acme));
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "outOfSync", "moving forward is the cycle's: {source}");
 }

@@ -55,7 +55,6 @@ impl Cycles<'_> {
     /// Runs one cycle of `source` and records what it found; the status after it.
     pub fn run(&self, source: &Stored, settled_commit: Option<&str>, ask: &Ask) -> Result<Status, ApiError> {
         let mut status = source.status.clone();
-        status.error = None;
         let ending = match self.cycle(source, settled_commit, ask, &mut status) {
             Ok(ending) => ending,
             Err(Failure::Failing(error)) => {
@@ -98,8 +97,10 @@ impl Cycles<'_> {
             Ask::Due | Ask::Refresh => (source.pinned.clone().unwrap_or_else(|| head.clone()), None),
         };
         if *ask == Ask::Due && settled_commit == Some(&target) {
+            // Nothing new: the state, and its error, stand.
             return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
         }
+        status.error = None;
         let cache = &source.id;
         block(self.git.fetch(cache, &remote, &target)).map_err(Failure::git)?;
 
@@ -175,6 +176,8 @@ impl Cycles<'_> {
                 let mut request = request.clone();
                 request["planHash"] = json!(plan_hash);
                 request["source"] = origin.clone();
+                // Healed by fleet.drift to this revision, with the source's token (§15).
+                request["heal"] = json!(source.heal);
                 self.call(&caller, "compute.fleet.apply", &request).map(Some)
             }
             None => Ok(None),
