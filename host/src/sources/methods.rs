@@ -38,7 +38,7 @@ pub fn register(registry: &mut Registry, git: Arc<Git>, key: Option<Key>, asking
         "credential": {"type": "object", "additionalProperties": false, "required": ["token"], "properties": {
             "username": text.clone(), "token": text}},
         "signers": {"type": "array", "maxItems": source::MAX_SIGNERS, "items": {"type": "string", "maxLength": 16384,
-                    "description": "An OpenSSH public key line."}}}});
+                    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$", "description": "An OpenSSH public key line."}}}});
     registry.register(
         Method::new("sources", "put", MethodKind::Mutation, handler(move |ctx: &Ctx, body| put(&git, key.as_ref(), ctx, body)))
             .phase("v0.5")
