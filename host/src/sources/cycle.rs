@@ -53,9 +53,9 @@ struct Ending {
 
 impl Cycles<'_> {
     /// Runs one cycle of `source` and records what it found; the status after it.
-    pub fn run(&self, source: &Stored, settled_commit: Option<&str>, ask: &Ask) -> Result<Status, ApiError> {
+    pub fn run(&self, source: &Stored, ask: &Ask) -> Result<Status, ApiError> {
         let mut status = source.status.clone();
-        let ending = match self.cycle(source, settled_commit, ask, &mut status) {
+        let ending = match self.cycle(source, ask, &mut status) {
             Ok(ending) => ending,
             Err(Failure::Failing(error)) => {
                 status.state = "failing".into();
@@ -72,13 +72,7 @@ impl Cycles<'_> {
         self.record(source, ending)
     }
 
-    fn cycle(
-        &self,
-        source: &Stored,
-        settled_commit: Option<&str>,
-        ask: &Ask,
-        status: &mut Status,
-    ) -> Result<Ending, Failure> {
+    fn cycle(&self, source: &Stored, ask: &Ask, status: &mut Status) -> Result<Ending, Failure> {
         let credential = self.credential(source)?;
         let remote = Remote { url: &source.url, credential: credential.as_ref() };
         let caller = self.caller(source)?;
@@ -96,7 +90,7 @@ impl Cycles<'_> {
             Ask::Sync { commit, plan_hash } => (commit.clone().unwrap_or_else(|| head.clone()), plan_hash.clone()),
             Ask::Due | Ask::Refresh => (source.pinned.clone().unwrap_or_else(|| head.clone()), None),
         };
-        if *ask == Ask::Due && settled_commit == Some(&target) {
+        if *ask == Ask::Due && source.status.settled_commit.as_ref() == Some(&target) {
             // Nothing new: the state, and its error, stand.
             return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
         }

@@ -36,6 +36,7 @@ use super::now_ms;
 use crate::api::{ApiError, Code};
 use crate::db::{self, Conn, Pool, Tx, params};
 use crate::secrets::{self, Key, Place};
+use crate::webhooks::sign;
 
 /// Where hooks are served: the source's hook id follows.
 pub const PATH: &str = "/hooks/sources/";
@@ -274,9 +275,7 @@ fn same_text(sent: &str, expected: &str) -> bool {
 /// after `whsec_`, as `put` makes it); the timestamp
 /// (Unix seconds) within [`TOLERANCE`] of `now_ms`.
 fn standard(secret: &str, [id, timestamp, signatures]: [&str; 3], body: &[u8], now_ms: i64) -> bool {
-    let Some(Ok(key)) = secret.strip_prefix("whsec_").map(|encoded| BASE64.decode(encoded.as_bytes())) else {
-        return false;
-    };
+    let Ok(key) = sign::key(secret) else { return false };
     let Ok(seconds) = timestamp.parse::<i64>() else { return false };
     let tolerance = i64::try_from(TOLERANCE.as_secs()).unwrap_or(i64::MAX);
     if seconds.saturating_sub(now_ms.div_euclid(1000)).saturating_abs() > tolerance {

@@ -19,6 +19,7 @@ use crate::calls::parse_body;
 use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry, handler};
 use crate::db::{self, params};
 use crate::secrets::{self, Key, Place};
+use crate::webhooks::sign;
 
 /// The methods, with where sources are fetched from, the key that seals their secrets,
 /// and the runner that runs a cycle now.
@@ -134,7 +135,7 @@ fn put(git: &Git, key: Option<&Key>, ctx: &Ctx, body: Value) -> Result<Value, Ap
         return Err(ApiError::failed_precondition("a source acts as the token that puts it: put it with a token"));
     };
     let id = random_hex(16);
-    let hook_secret = format!("whsec_{}", data_encoding::BASE64.encode(&random_bytes::<24>()));
+    let hook_secret = sign::new_secret();
     let sealed_secret = secrets::store(key, &hook_secret, Place { column: "sources.hook_secret", row: &[tenant] })
         .map_err(ApiError::internal)?;
     let credential = put
@@ -213,12 +214,7 @@ fn delete(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
 
 fn pin(ctx: &Ctx, body: Value) -> Result<Value, ApiError> {
     let mut input = Input::new(body)?;
-    let commit = input.string("commit", true);
-    if let Some(commit) = &commit
-        && !is_commit(commit)
-    {
-        input.problem("commit", "must be a full commit id: 40 (or 64) lowercase hex digits");
-    }
+    let commit = take_commit(&mut input, true);
     input.finish()?;
     pinned(ctx, commit)
 }
@@ -249,12 +245,7 @@ fn refresh(asking: &Asking, call: Call) -> Result<Value, ApiError> {
 fn plan(asking: &Asking, call: Call) -> Result<Value, ApiError> {
     let mut input = Input::new(parse_body(call.body.as_bytes())?)?;
     let document = input.take_optional("document");
-    let commit = input.string("commit", false);
-    if let Some(commit) = &commit
-        && !is_commit(commit)
-    {
-        input.problem("commit", "must be a full commit id: 40 (or 64) lowercase hex digits");
-    }
+    let commit = take_commit(&mut input, false);
     if document.is_some() && commit.is_some() {
         input.problem("commit", "plan a document, or the document at a commit, not both");
     }
@@ -264,19 +255,10 @@ fn plan(asking: &Asking, call: Call) -> Result<Value, ApiError> {
 
 fn sync(asking: &Asking, call: Call) -> Result<Value, ApiError> {
     let mut input = Input::new(parse_body(call.body.as_bytes())?)?;
-    let commit = input.string("commit", false);
+    let commit = take_commit(&mut input, false);
     let plan_hash = input.string("planHash", false);
-    let is_hash = |hash: &str| {
-        hash.strip_prefix("sha256:")
-            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
-    };
-    if plan_hash.as_deref().is_some_and(|hash| !is_hash(hash)) {
-        input.problem("planHash", "must be a plan hash: sha256: and 64 lowercase hex digits");
-    }
-    if let Some(commit) = &commit
-        && !is_commit(commit)
-    {
-        input.problem("commit", "must be a full commit id: 40 (or 64) lowercase hex digits");
+    if plan_hash.as_deref().is_some_and(|hash| !fleet_guest::is_plan_hash(hash)) {
+        input.problem("planHash", fleet_guest::PLAN_HASH_FORM);
     }
     input.finish()?;
     // A sync applies: it needs what an apply needs.
@@ -288,12 +270,17 @@ fn sync(asking: &Asking, call: Call) -> Result<Value, ApiError> {
     asking.cycle_now(&call.caller.tenant, Ask::Sync { commit, plan_hash })
 }
 
-fn is_commit(text: &str) -> bool {
-    matches!(text.len(), 40 | 64) && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-fn random_bytes<const N: usize>() -> [u8; N] {
-    rand::random()
+/// The request's `commit`, a full commit id (40, or 64, lowercase hex digits), or its
+/// problem added to `input`.
+fn take_commit(input: &mut Input, required: bool) -> Option<String> {
+    let commit = input.string("commit", required);
+    let is_commit = |text: &str| {
+        matches!(text.len(), 40 | 64) && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if commit.as_deref().is_some_and(|commit| !is_commit(commit)) {
+        input.problem("commit", "must be a full commit id: 40 (or 64) lowercase hex digits");
+    }
+    commit
 }
 
 fn random_hex(bytes: usize) -> String {

@@ -185,11 +185,9 @@ impl Runner {
     fn cycle(&self, tenant: &str, ask: &Ask) -> Result<(), ApiError> {
         let db = self.dispatcher.db().get()?;
         let stored = source::stored(&db, tenant)?;
-        let settled: Option<Option<String>> =
-            db.query_opt("SELECT settled_commit FROM sources WHERE tenant = ?1", params![tenant], |row| row.get(0))?;
         drop(db);
         let ran = match &stored {
-            Some(stored) => self.cycles().run(stored, settled.flatten().as_deref(), ask).map(|_| ()),
+            Some(stored) => self.cycles().run(stored, ask).map(|_| ()),
             None => Ok(()),
         };
         let interval = stored.as_ref().map_or(0, |stored| stored.interval_ms);

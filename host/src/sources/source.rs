@@ -67,11 +67,6 @@ impl Put {
         let interval = input.string("interval", false);
         let credential = input.take_optional("credential");
         let signers = input.take_optional("signers");
-        if let Some(url) = &url
-            && let Err(why) = git.check_url(url)
-        {
-            input.problem("url", why);
-        }
         if let Err(why) = check_branch(&branch) {
             input.problem("branch", why);
         }
@@ -123,13 +118,12 @@ impl Put {
                 Vec::new()
             }
         };
-        // The addresses, once the form is right: a URL that cannot be fetched is refused
-        // now rather than failing every cycle.
-        if let Some(url) = url.as_deref().filter(|url| git.check_url(url).is_ok()) {
-            let reached = tokio::runtime::Handle::current().block_on(git.check_reach(url));
-            if let Err(why) = reached {
-                input.problem("url", why);
-            }
+        // The URL's form, then every address its host resolves to: a URL that cannot be
+        // fetched is refused now rather than failing every cycle.
+        if let Some(url) = url.as_deref()
+            && let Err(why) = tokio::runtime::Handle::current().block_on(git.check_reach(url))
+        {
+            input.problem("url", why);
         }
         input.finish()?;
         let (Some(url), Some(mode)) = (url, mode) else {
@@ -271,11 +265,14 @@ pub struct Status {
     pub proposal: Option<i64>,
     pub last_attempt: Option<Value>,
     pub error: Option<String>,
+    /// The head the last cycle came to an end with (not answered): the same head again
+    /// is nothing to do.
+    pub settled_commit: Option<String>,
 }
 
 const COLUMNS: &str = "tenant, id, url, branch, path, mode, prune, heal, interval_ms, credential IS NOT NULL, \
     signers, pinned, token, principal, state, head_commit, fetched_at, applied_commit, applied_revision, \
-    applied_document, changed_in, proposal, last_attempt, error";
+    applied_document, changed_in, proposal, last_attempt, error, settled_commit";
 
 /// The tenant's source, if it has one.
 pub fn stored(db: &Conn, tenant: &str) -> Result<Option<Stored>, ApiError> {
@@ -295,6 +292,7 @@ pub fn stored(db: &Conn, tenant: &str) -> Result<Option<Stored>, ApiError> {
             proposal: row.get(21)?,
             last_attempt: None,
             error: row.get(23)?,
+            settled_commit: row.get(24)?,
         };
         let last_attempt: Option<String> = row.get(22)?;
         Ok((texts, flags, who, (status, last_attempt)))

@@ -15,7 +15,7 @@ mod client;
 mod deliver;
 mod methods;
 mod outbox;
-mod sign;
+pub(crate) mod sign;
 
 use serde_json::{Value, json};
 
