@@ -3,11 +3,13 @@
 //! push, a deleted path, signed and unsigned commits, pinning, a stalled server and a
 //! repository over the byte limit, and the addresses a source may not reach.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::fleet::estate;
 use crate::support::git::{Daemon, Http, Repo, Stalled};
-use crate::support::{Server, code, problem_paths};
+use crate::support::{Server, code, eventually, problem_paths};
 
 /// A server whose sources may reach 127.0.0.1 over any transport, fetching into a cache
 /// of its own, within `timeout` and `max_bytes`.
@@ -219,6 +221,36 @@ fn a_pinned_source_holds_its_commit_until_unpinned() {
     let source = refresh(&server, &acme);
     assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(second)));
     assert_eq!(gpus(&server, &acme), Some(48));
+}
+
+/// An unpin while the pinned commit's cycle runs is not lost: that cycle does not settle
+/// the head, so the next one follows the branch again.
+#[test]
+fn an_unpin_while_the_pinned_cycle_runs_is_kept() {
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    let head = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let http = Http::serve(&repo.root(), "deploy", "s3cret-deploy-token");
+    let credential = json!({"credential": {"username": "deploy", "token": "s3cret-deploy-token"}});
+    put(&server, &acme, &http.url(), "auto", credential);
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "synced");
+
+    // The pin makes a cycle due; the runner's is held at the server while the unpin comes.
+    http.hold();
+    server.ok(&acme, "sources/pin", json!({"commit": head}));
+    let held = eventually(Duration::from_secs(10), || http.requests().iter().any(|line| line.ends_with(" held")));
+    assert!(held, "the pinned cycle reached the server: {:?}", http.requests());
+    server.ok(&acme, "sources/unpin", json!({}));
+    http.release();
+
+    // The held cycle ends pinned; the next follows the branch again and says so.
+    let synced = || {
+        let events = server.ok(&acme, "events/list", json!({}))["events"].as_array().unwrap().clone();
+        events.iter().filter(|event| event["type"] == "source.synced").count()
+    };
+    assert!(eventually(Duration::from_secs(10), || synced() == 2), "synced again after the unpin: {}", synced());
+    assert_eq!(server.ok(&acme, "sources/get", json!({}))["source"]["status"]["state"], "synced");
 }
 
 #[test]

@@ -368,8 +368,9 @@ impl Cycles<'_> {
     }
 
     /// Records what the cycle found, if the source is still the one it ran for (a put
-    /// since replaced it), and publishes `source.<state>` when the state or its commit
-    /// changed.
+    /// since replaced it); settles its head only if no pin or unpin came meanwhile (the
+    /// next cycle then runs for the pin as it is now). Publishes `source.<state>` when
+    /// the state or its commit changed.
     fn record(&self, source: &Stored, ending: Ending) -> Result<Status, ApiError> {
         let Ending { status, settled, plan_hash } = ending;
         let db = self.dispatcher.db().get()?;
@@ -379,7 +380,8 @@ impl Cycles<'_> {
                 "UPDATE sources SET state = ?3, head_commit = ?4, fetched_at = ?5, applied_commit = ?6,
                    applied_revision = ?7, applied_document = ?8, changed_in = ?9, proposal = ?10,
                    last_attempt = ?11, error = ?12,
-                   settled_commit = CASE WHEN ?13 THEN ?14 ELSE settled_commit END, updated_at = ?15
+                   settled_commit = CASE WHEN ?13 AND pinned IS NOT DISTINCT FROM ?16 THEN ?14 ELSE settled_commit END,
+                   updated_at = ?15
                  WHERE tenant = ?1 AND id = ?2",
                 params![
                     &source.tenant,
@@ -397,6 +399,7 @@ impl Cycles<'_> {
                     settled,
                     source.pinned.as_deref().or(status.head_commit.as_deref()),
                     &db::now(),
+                    source.pinned.as_deref(),
                 ],
             )?;
             let before = (&source.status.state, &source.status.head_commit);

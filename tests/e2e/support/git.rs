@@ -167,6 +167,15 @@ impl Http {
         let log = std::fs::read_to_string(self.root.join("requests.log")).unwrap_or_default();
         log.lines().map(str::to_owned).collect()
     }
+
+    /// Holds every request from now on, until [`Http::release`].
+    pub fn hold(&self) {
+        std::fs::write(self.root.join("gate"), "").unwrap();
+    }
+
+    pub fn release(&self) {
+        std::fs::remove_file(self.root.join("gate")).unwrap();
+    }
 }
 
 impl Drop for Http {

@@ -6,13 +6,15 @@ small HTTP server that asks for a token, as a forge does. Usage:
 
 Serves the repositories under ROOT on 127.0.0.1, answering 401 to a request without
 `Authorization: Basic base64(USERNAME:TOKEN)`; appends each request's method, path and
-status to ROOT/requests.log; prints its port on stdout once it listens.
+status to ROOT/requests.log; prints its port on stdout once it listens. While the file
+ROOT/gate exists, a request is held (logged with the status `held`) until it is removed.
 """
 
 import base64
 import os
 import subprocess
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 root, username, token = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -34,6 +36,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        gate = os.path.join(root, "gate")
+        if os.path.exists(gate):
+            self.log("held")
+            while os.path.exists(gate):
+                time.sleep(0.05)
         path, _, query = self.path.partition("?")
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
         env = {
