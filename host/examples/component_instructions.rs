@@ -45,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         principal: planner_caller.principal,
         grants: vec![every],
         token: None,
+        git_source: None,
     };
     let call = |state: &Source, entry: Entry, request: &str| -> anyhow::Result<String> {
         let session = Session::new(server_caller.clone(), db.get()?, state.clone());

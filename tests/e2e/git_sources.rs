@@ -321,6 +321,77 @@ fn signed_commits_are_verified_against_the_sources_signers() {
     assert_eq!(gpus(&server, &acme), Some(32));
 }
 
+/// `input.source` (SPEC §20.3): what the cycle plans from, as the server vouches for it.
+/// policies/unsigned-prune-needs-approval.rego proposes an unsigned commit's prune,
+/// whose proposal is applied once approved, planned as it was; a prune signed by an
+/// allowed signer applies directly. A client cannot give a plan its own.
+#[test]
+fn policies_see_the_source_and_its_signer_as_input_source() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("ada");
+    let made = std::process::Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", "ada", "-f"]).arg(&key).status();
+    assert!(made.unwrap().success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let policy = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/unsigned-prune-needs-approval.rego")).unwrap();
+    let server = server();
+    let acme = server.tenant_with_token("acme");
+    let reviewer = server.token("acme", "bob", &["compute:proposals:review @ compute-proposals"]);
+    server.ok(&acme, "policies/put", json!({"name": "unsigned-prune", "level": "mandatory", "source": policy}));
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({"prune": true, "signers": [public.trim()]}));
+    // Unsigned, the first commit is unverified; signed, it applies (nothing to prune).
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "unverified");
+    repo.sign_with_ssh();
+    let signed = format!("--gpg-sign={}", key.display());
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &["--allow-empty", &signed]);
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "synced");
+
+    // Without signers, an unsigned commit that prunes the offer is proposed.
+    put(&server, &acme, &daemon.url(), "auto", json!({"prune": true}));
+    let mut document = estate();
+    document.as_object_mut().unwrap().remove("offers");
+    let unsigned = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&document)))], &[]);
+    let source = refresh(&server, &acme);
+    assert_eq!(source["status"]["state"], "awaitingApproval", "{source}");
+    let number = source["status"]["proposal"].as_i64().unwrap();
+    let proposal = server.ok(&acme, "proposals/get", json!({"number": number}))["proposal"].clone();
+    assert_eq!(proposal["summary"]["approvalRequired"], 1, "{proposal}");
+    // The source's plan of that commit is the proposal's, and says why.
+    let planned = server.ok(&acme, "sources/plan", json!({"commit": unsigned}))["plan"].clone();
+    assert_eq!(planned["planHash"], proposal["planHash"]);
+    let verdict = &planned["policy"]["verdicts"][0];
+    assert_eq!((&verdict["rule"], &verdict["policy"]), (&json!("require_approval"), &json!("unsigned-prune")), "{planned}");
+    let message = verdict["message"].as_str().unwrap();
+    assert!(message.contains(&format!("at {unsigned} of main")), "{message}");
+    // Approved, it is applied as planned: with the source it was planned from.
+    server.ok(&reviewer, "proposals/review", json!({"number": number, "verdict": "approve"}));
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(unsigned)), "{source}");
+    assert_eq!(server.ok(&acme, "proposals/get", json!({"number": number}))["proposal"]["state"], "applied");
+    let offers = server.ok(&acme, "offers/list", json!({}))["items"].clone();
+    assert!(offers.as_array().unwrap().iter().all(|offer| offer["archived"] == true), "{offers}");
+
+    // With ada as signer again, her signed prune of the flavor applies directly.
+    put(&server, &acme, &daemon.url(), "auto", json!({"prune": true, "signers": [public.trim()]}));
+    document.as_object_mut().unwrap().remove("flavors");
+    let by_ada = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&document)))], &[&signed]);
+    let source = refresh(&server, &acme);
+    assert_eq!((&source["status"]["state"], &source["status"]["appliedCommit"]), (&json!("synced"), &json!(by_ada)), "{source}");
+    let flavors = server.ok(&acme, "flavors/list", json!({}))["items"].clone();
+    assert!(flavors.as_array().unwrap().iter().all(|flavor| flavor["archived"] == true), "{flavors}");
+
+    // The source's plan of a document (a pull request's) has no commit: unsigned.
+    let planned = server.ok(&acme, "sources/plan", json!({"document": estate_with(64)}));
+    assert_eq!(planned["plan"]["summary"]["approvalRequired"], 0, "nothing removed: {planned}");
+    // A client's own `source` is no part of a plan.
+    let (status, body) = server.call(&acme, "fleet/plan", json!({"document": estate(), "source": {
+        "url": "https://git.example/estate.git", "branch": "main", "path": "fleet", "signer": "SHA256:forged"}}));
+    assert_eq!((status, code(&body)), (400, "INVALID_ARGUMENT"), "{body}");
+    assert_eq!(problem_paths(&body), ["/source"]);
+}
+
 #[test]
 fn a_stalled_server_and_an_oversized_repository_end_failing_within_their_limits() {
     let server = server_with("2s", "1048576");

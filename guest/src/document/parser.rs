@@ -10,7 +10,8 @@ use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Map, Value as Json};
 
 use super::request::{
-    Document, MOVED, Move, Override, PLAN_HASH_FORM, PROPOSAL_FORM, PlanRequest, Problems, Proposal, is_plan_hash,
+    Document, MOVED, Move, Override, PLAN_HASH_FORM, PROPOSAL_FORM, PlanRequest, Problems, Proposal, SOURCE_FORM,
+    Source, is_plan_hash,
 };
 use crate::grammar::{NAME_PATTERN, is_name};
 use crate::json::{self, MAX_COUNT, pointer};
@@ -84,6 +85,10 @@ impl<'c> Parser<'c> {
             "proposal" if !self.plan_hash_allowed => match serde_json::from_value::<Proposal>(value.clone()) {
                 Ok(proposal) if proposal.number >= 1 => parsed.proposal = Some(Box::new(proposal)),
                 _ => problems.push(pointer(&["proposal"]), PROPOSAL_FORM),
+            },
+            "source" => match serde_json::from_value::<Source>(value.clone()) {
+                Ok(source) => parsed.source = Some(Box::new(source)),
+                Err(_) => problems.push(pointer(&["source"]), SOURCE_FORM),
             },
             // Whether fleet.drift restores the revision this apply makes (SPEC §15): the
             // host's to keep; the plan is the same either way.

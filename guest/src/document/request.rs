@@ -60,7 +60,29 @@ pub(crate) struct PlanRequest {
     pub(crate) overrides: Vec<Override>,
     /// Plan only: the proposal whose approval the plan reports (SPEC §17).
     pub(crate) proposal: Option<Box<Proposal>>,
+    /// The git source the document comes from, as the host vouches for it: the
+    /// policies' `input.source` (SPEC §20.3).
+    pub(crate) source: Option<Box<Source>>,
 }
+
+/// `input.source` (SPEC §20.3): the git source a cycle plans from. The host gives it
+/// only for a source's own cycle and plans, never as a client sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Source {
+    pub(crate) url: String,
+    pub(crate) branch: String,
+    /// None when the document planned is not a commit's yet (a pull request's plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) commit: Option<String>,
+    pub(crate) path: String,
+    /// The fingerprint of the allowed signer whose signature the commit carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) signer: Option<String>,
+}
+
+/// What a plan request's `source` must be.
+pub(crate) const SOURCE_FORM: &str = "must be {\"url\", \"branch\", \"commit\"?, \"path\", \"signer\"?}, all strings";
 
 /// A proposal as the host keeps it, for the approval rules' `input.proposal`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +187,7 @@ impl PlanRequest {
             plan_hash: None,
             overrides: Vec::new(),
             proposal: None,
+            source: None,
         }
     }
 }

@@ -73,6 +73,9 @@ fn input(estate: &Estate, request: &PlanRequest, plan: &Plan, reads: Reads) -> R
             (values.name("principal"), values.text(&caller.principal)),
         ]);
         members.push((values.name("caller"), caller));
+        if let Some(source) = &request.source {
+            members.push((values.name("source"), policy::from_serialize(source)?));
+        }
     }
     Ok(object(members))
 }
@@ -298,6 +301,11 @@ mod tests {
 
     /// The verdicts of one policy that says what it sees of the input.
     fn seen(source: &str, prune: bool) -> Vec<String> {
+        seen_with(source, json!({"prune": prune}))
+    }
+
+    /// The messages of `source`'s verdicts on a plan whose request has the members `more`.
+    fn seen_with(source: &str, more: serde_json::Value) -> Vec<String> {
         let mut state: Snapshot = serde_json::from_value(json!({
             "caller": {"tenant": "acme", "principal": "alice"},
             "sites": [{"id": SITE, "region": "r"}],
@@ -312,7 +320,9 @@ mod tests {
         let document = json!({"pools": {
             "gpu-a": {"site": "eu", "account": "aws", "class": "gpu", "owner": "o", "gpus": 16},
             "gpu-b": {"site": "eu", "account": "aws", "class": "gpu", "owner": "o", "gpus": 4}}});
-        let plan = crate::plan(&state, &json!({"document": document, "prune": prune}).to_string()).unwrap();
+        let mut request = json!({"document": document});
+        request.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        let plan = crate::plan(&state, &request.to_string()).unwrap();
         let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
         plan["policy"]["verdicts"].as_array().unwrap().iter().map(|verdict| verdict["message"].to_string()).collect()
     }
@@ -401,6 +411,38 @@ mod tests {
     fn the_rest_of_the_input_is_the_plans_own() {
         let source = "package p\n\nwarn contains sprintf(\"%s %s %v %d %d\", [input.caller.tenant, input.caller.principal, input.prune, input.summary.create, count(input.calls)]) if { true }\n";
         assert_eq!(seen(source, false), ["\"acme alice false 1 2\""]);
+    }
+
+    #[test]
+    fn a_source_the_host_vouches_for_is_input_source() {
+        let source = "package p\n\nrequire_approval contains \"unsigned\" if not input.source.signer\n\nwarn contains sprintf(\"%s %s %s %s\", [input.source.url, input.source.branch, object.get(input.source, \"commit\", \"-\"), input.source.path]) if input.source\n";
+        let from = json!({"url": "https://git.example/estate.git", "branch": "main", "commit": "0".repeat(40), "path": "fleet"});
+        let commit = format!("\"https://git.example/estate.git main {} fleet\"", "0".repeat(40));
+        assert_eq!(seen_with(source, json!({"source": from})), [commit.as_str(), "\"unsigned\""]);
+        let mut signed = from.clone();
+        signed["signer"] = json!("SHA256:abc");
+        assert_eq!(seen_with(source, json!({"source": signed})), [commit.as_str()]);
+        // A pull request's document is no commit yet; without a source, there is none.
+        let pending = json!({"url": "https://git.example/estate.git", "branch": "main", "path": "fleet"});
+        assert_eq!(
+            seen_with(source, json!({"source": pending})),
+            ["\"https://git.example/estate.git main - fleet\"", "\"unsigned\""]
+        );
+        assert_eq!(seen_with(source, json!({})), ["\"unsigned\""]);
+    }
+
+    #[test]
+    fn a_source_of_another_form_is_refused() {
+        let state = Snapshot::empty(Caller { tenant: "t".into(), principal: "p".into(), grants: None });
+        for source in [
+            json!("https://x"),
+            json!({"url": "u", "branch": "b"}),
+            json!({"url": "u", "branch": "b", "path": "p", "x": 1}),
+        ] {
+            let request = json!({"document": {}, "source": source}).to_string();
+            let error = crate::plan(&state, &request).unwrap_err();
+            assert!(format!("{:?}", error.details).contains("/source"), "{source}: {error:?}");
+        }
     }
 
     #[test]

@@ -112,7 +112,13 @@ impl Server {
     /// The caller of every permission in `tenant`, as the planner sees it.
     pub fn caller(&self, tenant: &str) -> Result<Caller> {
         let every = Grant::parse("compute:*:* @ *").map_err(anyhow::Error::msg)?;
-        Ok(Caller { tenant: tenant.into(), principal: "alice".into(), grants: vec![every], token: None })
+        Ok(Caller {
+            tenant: tenant.into(),
+            principal: "alice".into(),
+            grants: vec![every],
+            token: None,
+            git_source: None,
+        })
     }
 
     pub async fn stop(self) -> Result<()> {

@@ -21,6 +21,9 @@ pub struct Caller {
     /// The id of the token the caller authenticated with; none for the server's own
     /// callers (the drift check, tests).
     pub token: Option<String>,
+    /// A git source's cycle and plans only: the source and commit its document comes
+    /// from, the policies' `input.source` (SPEC §20.3) as JSON text. Never a request's.
+    pub git_source: Option<String>,
 }
 
 impl Caller {
@@ -151,7 +154,7 @@ pub fn authenticate_with(
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
     let grants =
         grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
-    let caller = Caller { tenant, principal, grants, token: Some(token_id(&hash)) };
+    let caller = Caller { tenant, principal, grants, token: Some(token_id(&hash)), git_source: None };
     if let Some(cache) = cache {
         let bytes = hash.len() + caller.tenant.len() + caller.principal.len() + 64 * (caller.grants.len() + 2);
         cache.put(&hash, generation, Authenticated { caller: caller.clone(), expires_at }, bytes);
@@ -185,7 +188,7 @@ pub fn caller_of_token(db: &Conn, tenant: &str, id: &str) -> Result<Result<Calle
     let grants: Vec<String> = serde_json::from_str(&grants).map_err(ApiError::internal)?;
     let grants =
         grants.iter().map(|grant| Grant::parse(grant)).collect::<Result<_, _>>().map_err(ApiError::internal)?;
-    Ok(Ok(Caller { tenant: owner, principal, grants, token: Some(id.to_owned()) }))
+    Ok(Ok(Caller { tenant: owner, principal, grants, token: Some(id.to_owned()), git_source: None }))
 }
 
 /// Why a tenant or token could not be created from the command line.

@@ -229,13 +229,16 @@ fn pass_gate<'a>(
     applying: &'a Applying,
 ) -> Result<Option<Gated<'a>>, ApiError> {
     match applying {
-        Applying::Document { request, .. } => Ok(Some(Gated { request: Cow::Borrowed(request), proposal: None })),
+        Applying::Document { request, .. } => {
+            Ok(Some(Gated { request: super::request::vouched(Cow::Borrowed(request), caller)?, proposal: None }))
+        }
         Applying::Proposal { number, overrides } => {
             let proposal = proposals::approved(db, &caller.tenant, *number)?;
             authorize_calls(&proposal.plan, caller, methods)?;
             let request = PlannerRequest {
                 plan_hash: Some(proposal.plan_hash()),
                 overrides: overrides.as_deref(),
+                source: super::request::source_member(proposal.git_source.as_deref())?,
                 ..PlannerRequest::of(&proposal.document, proposal.prune())?
             }
             .text()?;

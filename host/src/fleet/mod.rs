@@ -22,9 +22,10 @@ mod schema;
 pub mod state;
 mod status;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::calls::registry::{Call, Composite, Method, MethodKind, Registry, StateReader};
+use crate::calls::registry::{Answer, Call, Composite, Method, MethodKind, Registry, StateReader};
 use crate::planner::Entry;
 pub(crate) use apply::refusal;
 use drift::Checks;
@@ -43,7 +44,17 @@ pub fn register(registry: &mut Registry, planning: &Arc<Planning>, checks: Check
     let (check_input, check_output) = check_schemas();
     let run = |entry: Entry| {
         let planning = planning.clone();
-        let composite: Composite = Arc::new(move |call: Call| planning.run(call.caller, call.db, entry, call.body));
+        let composite: Composite = Arc::new(move |call: Call| {
+            // A plan's `input.source` is the host's to give (a git source's cycle).
+            let request = match entry {
+                Entry::Plan => request::vouched(Cow::Borrowed(call.body), &call.caller),
+                _ => Ok(Cow::Borrowed(call.body)),
+            };
+            match request {
+                Ok(request) => planning.run(call.caller, call.db, entry, &request),
+                Err(error) => Answer::from(Err(error)),
+            }
+        });
         composite
     };
     let state = {

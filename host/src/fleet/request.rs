@@ -1,14 +1,20 @@
 //! The planner's request as the host writes it (the proposal's apply, its judgement, a
 //! drift check and a heal): serialized, with the document as the text it was sent or
-//! stored as, never decoded and encoded again.
+//! stored as, never decoded and encoded again; and a client's request with the `source`
+//! only the host may give.
+
+use std::borrow::Cow;
 
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::api::ApiError;
+use crate::calls::auth::Caller;
+use crate::calls::input::{self, Input};
 
-/// `{"document", "prune", "planHash"?, "overrides"?, "proposal"?}` (SPEC §6.2, §6.3).
+/// `{"document", "prune", "planHash"?, "overrides"?, "proposal"?, "source"?}` (SPEC §6.2,
+/// §6.3).
 #[derive(Serialize)]
 pub(super) struct PlannerRequest<'a> {
     pub document: &'a RawValue,
@@ -22,13 +28,16 @@ pub(super) struct PlannerRequest<'a> {
     /// The proposal whose approval the plan reports (`input.proposal`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposal: Option<Value>,
+    /// The git source the document comes from (`input.source`, SPEC §20.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'a RawValue>,
 }
 
 impl<'a> PlannerRequest<'a> {
     /// A plan of `document` (JSON text the host wrote or a client sent) with `prune`.
     pub fn of(document: &'a str, prune: bool) -> Result<PlannerRequest<'a>, ApiError> {
         let document = serde_json::from_str(document).map_err(ApiError::internal)?;
-        Ok(PlannerRequest { document, prune, plan_hash: None, overrides: None, proposal: None })
+        Ok(PlannerRequest { document, prune, plan_hash: None, overrides: None, proposal: None, source: None })
     }
 
     pub fn text(&self) -> Result<String, ApiError> {
@@ -36,8 +45,45 @@ impl<'a> PlannerRequest<'a> {
     }
 }
 
+/// `source` (JSON text the host wrote) as the planner request's member.
+pub(super) fn source_member(source: Option<&str>) -> Result<Option<&RawValue>, ApiError> {
+    source.map(|text| serde_json::from_str(text).map_err(ApiError::internal)).transpose()
+}
+
+/// A client's plan or apply request (a JSON object's text, the apply's own `source`
+/// taken out) for the planner: `input.source` is the host's alone to give, so a
+/// `source` left in it is refused, and a git source's cycle (`caller.git_source`) has
+/// its own added. A body that is no JSON object is the planner's to refuse.
+pub(super) fn vouched<'a>(request: Cow<'a, str>, caller: &Caller) -> Result<Cow<'a, str>, ApiError> {
+    // Only a request that holds the word can name one.
+    if caller.git_source.is_none() && !request.contains(r#""source""#) {
+        return Ok(request);
+    }
+    let Ok(members) = input::members(&request) else { return Ok(request) };
+    if members.iter().any(|(name, _)| name == "source") {
+        let mut input = Input::new(Value::Object(serde_json::Map::new()))?;
+        input.problem("source", "unknown field");
+        input.finish()?;
+    }
+    let Some(source) = &caller.git_source else { return Ok(request) };
+    let mut text = String::with_capacity(request.len() + source.len() + 16);
+    for (name, value) in &members {
+        text.push(if text.is_empty() { '{' } else { ',' });
+        text.push_str(&serde_json::to_string(name).map_err(ApiError::internal)?);
+        text.push(':');
+        text.push_str(value.get());
+    }
+    text.push_str(if text.is_empty() { "{" } else { "," });
+    text.push_str(r#""source":"#);
+    text.push_str(source);
+    text.push('}');
+    Ok(Cow::Owned(text))
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -54,5 +100,39 @@ mod tests {
         assert_eq!(written["overrides"][0]["policy"], "p");
         assert_eq!(written["proposal"]["number"], 1);
         assert!(PlannerRequest::of("{", false).is_err());
+    }
+
+    fn caller(git_source: Option<&str>) -> Caller {
+        Caller {
+            tenant: "acme".into(),
+            principal: "alice".into(),
+            grants: Vec::new(),
+            token: None,
+            git_source: git_source.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn only_the_host_gives_a_source() {
+        let body = r#"{"document": {"sites": {"lab": {"labels": {"source": "git"}}}}, "prune": true}"#;
+        assert_eq!(vouched(Cow::Borrowed(body), &caller(None)).unwrap(), body);
+        let error = vouched(Cow::Borrowed(r#"{"document": {}, "source": {}}"#), &caller(None)).unwrap_err();
+        assert_eq!(error.details.unwrap()["problems"][0]["path"], "/source");
+        let source = r#"{"url":"https://h/r","branch":"main","commit":"abc","path":"fleet"}"#;
+        let error = vouched(Cow::Borrowed(r#"{"document": {}, "source": {}}"#), &caller(Some(source))).unwrap_err();
+        assert_eq!(error.details.unwrap()["problems"][0]["path"], "/source");
+
+        let written: Value =
+            serde_json::from_str(&vouched(Cow::Borrowed(body), &caller(Some(source))).unwrap()).unwrap();
+        assert_eq!(written["source"]["branch"], "main");
+        assert_eq!(
+            (&written["prune"], &written["document"]["sites"]["lab"]["labels"]["source"]),
+            (&json!(true), &json!("git"))
+        );
+        let written: Value =
+            serde_json::from_str(&vouched(Cow::Borrowed("{}"), &caller(Some(source))).unwrap()).unwrap();
+        assert_eq!(written, json!({"source": serde_json::from_str::<Value>(source).unwrap()}));
+        // Not an object: the planner says what is wrong with it.
+        assert_eq!(vouched(Cow::Borrowed("[1]"), &caller(Some(source))).unwrap(), "[1]");
     }
 }

@@ -29,7 +29,13 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: Vec::new(), token: None };
+        let caller = Caller {
+            tenant: "acme".into(),
+            principal: "alice".into(),
+            grants: Vec::new(),
+            token: None,
+            git_source: None,
+        };
         Fixture { database: Database::new(), registry: module_registry(), caller }
     }
 

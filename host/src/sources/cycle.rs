@@ -127,18 +127,19 @@ impl Cycles<'_> {
         }
 
         // 4. With signers, the commit must be signed by one of them.
-        if !source.signers.is_empty() {
-            let raw = block(self.git.raw_commit(cache, &target)).map_err(Failure::git)?;
-            let signers: Vec<Signer> = source.signers.iter().filter_map(|line| Signer::parse(line).ok()).collect();
-            let verdict = signature::verify(&raw, &signers);
-            if !matches!(verdict, Verdict::Signed { .. }) {
+        let signer = match self.signer(source, &target)? {
+            Some(Verdict::Signed { fingerprint }) => Some(fingerprint),
+            Some(verdict) => {
                 status.state = "unverified".into();
                 status.error = Some(unverified(&target, &verdict));
                 return Ok(Ending { status: status.clone(), settled: true, plan_hash: None });
             }
-        }
+            None => None,
+        };
 
-        // 5. The plan, made as the source's principal; 6. what the mode does with it.
+        // 5. The plan, made as the source's principal with the source as `input.source`;
+        // 6. what the mode does with it.
+        let caller = vouching(&caller, source, Some(&target), signer.as_deref());
         let origin = json!({"repo": source.url, "commit": target, "ref": format!("refs/heads/{}", source.branch),
             "path": source.path});
         let request = json!({"document": merged, "prune": source.prune});
@@ -251,6 +252,14 @@ impl Cycles<'_> {
                 (self.document(source, &commit).map_err(refused)?.1, Some(commit))
             }
         };
+        let signer = match &commit {
+            Some(commit) => match self.signer(source, commit).map_err(refused)? {
+                Some(Verdict::Signed { fingerprint }) => Some(fingerprint),
+                _ => None,
+            },
+            None => None,
+        };
+        let caller = vouching(&caller, source, commit.as_deref(), signer.as_deref());
         let request = json!({"document": document, "prune": source.prune});
         let plan = self.call(&caller, "compute.fleet.plan", &request).map_err(refused)?;
         let mut answer = json!({"plan": plan, "tenant": source.tenant, "principal": caller.principal,
@@ -321,6 +330,16 @@ impl Cycles<'_> {
             }
             Err(failure) => Err(failure),
         }
+    }
+
+    /// With signers, what `commit`'s signature is, checked against them (it is fetched).
+    fn signer(&self, source: &Stored, commit: &str) -> Result<Option<Verdict>, Failure> {
+        if source.signers.is_empty() {
+            return Ok(None);
+        }
+        let raw = block(self.git.raw_commit(&source.id, commit)).map_err(Failure::git)?;
+        let signers: Vec<Signer> = source.signers.iter().filter_map(|line| Signer::parse(line).ok()).collect();
+        Ok(Some(signature::verify(&raw, &signers)))
     }
 
     fn proposal(&self, caller: &Caller, number: i64) -> Result<Value, Failure> {
@@ -421,6 +440,19 @@ impl Cycles<'_> {
         let _ = self.wake.send(());
         Ok(status)
     }
+}
+
+/// `caller` planning for `source`: the policies see `input.source` (SPEC §20.3), the
+/// commit (none for a document that is no commit yet) and its verified signer.
+fn vouching(caller: &Caller, source: &Stored, commit: Option<&str>, signer: Option<&str>) -> Caller {
+    let mut vouched = json!({"url": source.url, "branch": source.branch, "path": source.path});
+    if let Some(commit) = commit {
+        vouched["commit"] = json!(commit);
+    }
+    if let Some(signer) = signer {
+        vouched["signer"] = json!(signer);
+    }
+    Caller { git_source: Some(vouched.to_string()), ..caller.clone() }
 }
 
 /// The event a state is announced by.

@@ -459,6 +459,7 @@ fn replan(planning: &Planning, applied: &AppliedDocument) -> Result<Value, ApiEr
         principal: applied.principal.clone(),
         grants: vec![every],
         token: None,
+        git_source: None,
     };
     serde_json::from_str(&planning.plan(caller, &request)?).map_err(ApiError::internal)
 }

@@ -44,6 +44,7 @@ fn caller(tenant: &str) -> Caller {
         principal: "alice".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
         token: None,
+        git_source: None,
     }
 }
 

@@ -17,7 +17,7 @@ use crate::db::{self, Tx, params};
 use crate::events;
 use crate::fleet::plan_source;
 use crate::fleet::planning::Planning;
-use crate::fleet::request::PlannerRequest;
+use crate::fleet::request::{PlannerRequest, source_member};
 use crate::planner::{Entry, Session};
 
 // ---- create ---------------------------------------------------------------------------
@@ -104,8 +104,10 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
     };
     let proposal = json!({"number": number, "author": caller.principal, "title": request.title, "reviews": []});
     let document = request.document.map_or("{}", RawValue::get);
-    let plan_request = PlannerRequest::of(document, request.prune)
-        .and_then(|planned| PlannerRequest { proposal: Some(proposal), ..planned }.text());
+    let git_source = caller.git_source.as_deref();
+    let plan_request = PlannerRequest::of(document, request.prune).and_then(|planned| {
+        PlannerRequest { proposal: Some(proposal), source: source_member(git_source)?, ..planned }.text()
+    });
     let plan_request = match plan_request {
         Ok(plan_request) => plan_request,
         Err(error) => return Answer::from(db::finish(&db, Err(error))),
@@ -134,8 +136,8 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
         };
         db.execute(
             "INSERT INTO proposals (tenant, number, title, state, author, created_at, plan_hash, prune, summary,
-                                    document, plan, approved, source)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                                    document, plan, approved, source, git_source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 &caller.tenant,
                 number,
@@ -150,6 +152,7 @@ pub(super) fn create(planning: &Planning, call: Call) -> Answer {
                 &reviewed,
                 approved,
                 stored.source.as_deref(),
+                caller.git_source.as_deref(),
             ],
         )?;
         let ctx = Ctx { caller: &caller, db: &db, via: Via::Api };
@@ -262,21 +265,23 @@ pub(super) fn review(planning: &Planning, call: Call) -> Answer {
                comment = excluded.comment, at = excluded.at",
             params![&caller.tenant, number, &caller.principal, &verdict, &comment, &db::now()],
         )?;
-        let (document, prune) = db.query_one(
-            "SELECT document, prune FROM proposals WHERE tenant = ?1 AND number = ?2",
+        let (document, prune, git_source) = db.query_one(
+            "SELECT document, prune, git_source FROM proposals WHERE tenant = ?1 AND number = ?2",
             params![&caller.tenant, number],
-            |row| Ok((row.get::<String>(0)?, row.get::<bool>(1)?)),
+            |row| Ok((row.get::<String>(0)?, row.get::<bool>(1)?, row.get::<Option<String>>(2)?)),
         )?;
         let reviews = reviews(&db, &caller.tenant, number)?;
-        Ok((Stored { reviews, ..stored }, document, prune))
+        Ok((Stored { reviews, ..stored }, document, prune, git_source))
     });
-    let (mut stored, document, prune) = match reviewed {
+    let (mut stored, document, prune, git_source) = match reviewed {
         Ok(reviewed) => reviewed,
         Err(error) => return Answer::from(db::finish(&db, Err(error))),
     };
     // Judged again with this review among the others, on the tenant's state now.
-    let plan_request = PlannerRequest::of(&document, prune)
-        .and_then(|request| PlannerRequest { proposal: Some(stored.for_planner()), ..request }.text());
+    let plan_request = PlannerRequest::of(&document, prune).and_then(|planned| {
+        let source = source_member(git_source.as_deref())?;
+        PlannerRequest { proposal: Some(stored.for_planner()), source, ..planned }.text()
+    });
     let plan_request = match plan_request {
         Ok(plan_request) => plan_request,
         Err(error) => return Answer::from(db::finish(&db, Err(error))),

@@ -233,6 +233,8 @@ pub(in crate::fleet) struct Approved {
     stored: Stored,
     pub document: String,
     pub plan: String,
+    /// The `input.source` it was planned with, when a git source's cycle opened it.
+    pub git_source: Option<String>,
 }
 
 impl Approved {
@@ -262,9 +264,16 @@ impl Approved {
 /// else `NOT_FOUND` or `FAILED_PRECONDITION`.
 pub(in crate::fleet) fn approved(db: &Conn, tenant: &str, number: i64) -> Result<Approved, ApiError> {
     let found = db.query_opt(
-        &format!("SELECT {COLUMNS}, document, plan FROM proposals WHERE tenant = ?1 AND number = ?2"),
+        &format!("SELECT {COLUMNS}, document, plan, git_source FROM proposals WHERE tenant = ?1 AND number = ?2"),
         params![tenant, number],
-        |row| Ok(Approved { stored: stored_row(row)?, document: row.get(11)?, plan: row.get(12)? }),
+        |row| {
+            Ok(Approved {
+                stored: stored_row(row)?,
+                document: row.get(11)?,
+                plan: row.get(12)?,
+                git_source: row.get(13)?,
+            })
+        },
     )?;
     let approved = found.ok_or_else(|| ApiError::not_found(format!("this tenant has no proposal {number}")))?;
     approved.stored.must_be_open("applied")?;

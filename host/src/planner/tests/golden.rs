@@ -39,6 +39,7 @@ fn golden_plans_match_through_the_component() {
                 None => every_grant(),
             },
             token: None,
+            git_source: None,
         };
         let native = fleet_guest::plan(&snapshot, &request);
         let session = Session::new(caller, database.conn(), Source::snapshot(&snapshot));
@@ -65,7 +66,13 @@ fn deeply_nested_json_is_invalid_input_not_a_trap() {
     for depth in [120, 127, 1_000, 100_000] {
         let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let request = format!(r#"{{"document": {{"pools": {{"gpu-a": {{"labels": {nested}}}}}}}}}"#);
-        let caller = Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None };
+        let caller = Caller {
+            tenant: "acme".into(),
+            principal: "alice".into(),
+            grants: every_grant(),
+            token: None,
+            git_source: None,
+        };
         let state = Source::snapshot(&Snapshot::empty(fleet_guest::Caller {
             tenant: caller.tenant.clone(),
             principal: caller.principal.clone(),
@@ -86,7 +93,13 @@ fn the_planner_runs_out_of_memory_cleanly() {
     let plan = |document: Value| {
         let caller = fleet_guest::Caller { tenant: "acme".into(), principal: "alice".into(), grants: None };
         let session = Session::new(
-            Caller { tenant: "acme".into(), principal: "alice".into(), grants: every_grant(), token: None },
+            Caller {
+                tenant: "acme".into(),
+                principal: "alice".into(),
+                grants: every_grant(),
+                token: None,
+                git_source: None,
+            },
             database.conn(),
             Source::snapshot(&Snapshot::empty(caller)),
         );

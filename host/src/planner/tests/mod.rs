@@ -33,6 +33,7 @@ fn caller(grants: &[&str]) -> Caller {
         principal: "mallory".into(),
         grants: grants.iter().map(|grant| Grant::parse(grant).unwrap()).collect(),
         token: None,
+        git_source: None,
     }
 }
 
@@ -109,6 +110,7 @@ fn the_guest_sees_only_the_callers_tenant() {
         principal: "bob".into(),
         grants: vec![Grant::parse("compute:*:*@*").unwrap()],
         token: None,
+        git_source: None,
     };
     let ctx = Ctx { caller: &other, db: &db, via: Via::Api };
     let create = fixture.core.dispatcher.registry().by_name("compute.sites.create").unwrap();

@@ -53,3 +53,7 @@ CREATE TABLE source_hook_deliveries (
     at_ms BIGINT NOT NULL,
     PRIMARY KEY (id, delivery)
 );
+
+-- A proposal a source's cycle opened: the policies' `input.source` it was planned with
+-- (JSON), so that its reviews and its apply judge it as it was planned.
+ALTER TABLE proposals ADD COLUMN git_source TEXT;
