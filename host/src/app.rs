@@ -195,9 +195,7 @@ impl Core {
         let tokens = TokenCache::new("tokens", TOKEN_CACHE_BYTES, metrics.clone());
         let dispatcher = Arc::new(Dispatcher::new(db.clone(), registry, tokens, config.read_only, wake.clone()));
         let reconciler = Arc::new(Reconciler::new(planning.clone(), dispatcher.clone()));
-        let timeouts = (config.git.timeout, config.request_timeout);
-        let sources =
-            Arc::new(sources::Runner::new(dispatcher.clone(), git, config.secret_key.clone(), wake.clone(), timeouts));
+        let sources = Arc::new(sources::Runner::new(dispatcher.clone(), git, config.secret_key.clone(), wake.clone()));
         Ok(Core {
             db,
             deliverer,

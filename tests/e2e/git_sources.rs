@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::fleet::estate;
+use crate::fleet::{estate, large_estate};
 use crate::support::git::{Daemon, Http, Repo, Stalled};
 use crate::support::{Server, code, eventually, problem_paths};
 
@@ -251,6 +251,54 @@ fn an_unpin_while_the_pinned_cycle_runs_is_kept() {
     };
     assert!(eventually(Duration::from_secs(10), || synced() == 2), "synced again after the unpin: {}", synced());
     assert_eq!(server.ok(&acme, "sources/get", json!({}))["source"]["status"]["state"], "synced");
+}
+
+/// A server SIGKILLed while a cycle applies: the apply was all or nothing, the dead
+/// replica's claim lapses within its lease, and the restarted server's next cycle
+/// converges, the commit applied once.
+#[test]
+fn a_server_killed_mid_apply_of_a_cycle_converges_applying_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("git-cache").to_str().unwrap().to_owned();
+    let flags = ["--git-allow-insecure", "--git-allow", "127.0.0.0/8", "--git-cache", cache.as_str()];
+    let mut server = Server::start_in(dir, &flags);
+    let acme = server.tenant_with_token("acme");
+    let repo = Repo::new();
+    repo.commit(&[("fleet/estate.yaml", Some(&yaml(&estate())))], &[]);
+    let daemon = Daemon::serve(&repo.root());
+    put(&server, &acme, &daemon.url(), "auto", json!({}));
+    assert_eq!(refresh(&server, &acme)["status"]["state"], "synced");
+    let large = repo.commit(&[("fleet/estate.yaml", Some(&yaml(&large_estate(2000))))], &[]);
+
+    let refreshing = {
+        let (base, token) = (server.base.clone(), acme.clone());
+        std::thread::spawn(move || {
+            reqwest::blocking::Client::new()
+                .post(format!("{base}/api/compute/sources/refresh"))
+                .bearer_auth(token)
+                .body("{}")
+                .send()
+                .map(|response| response.status().as_u16())
+        })
+    };
+    // Killed once the cycle's apply has held the database a while (or it was answered).
+    let applying = eventually(Duration::from_secs(60), || {
+        server.writing_for(Duration::from_millis(200)) || refreshing.is_finished()
+    });
+    assert!(applying, "the cycle's apply began within 60 s");
+    server.kill();
+    let answered = refreshing.join().unwrap();
+    eprintln!("the refresh the kill cut off answered {answered:?}");
+    let server = Server::start_in(server.stop(), &flags);
+
+    let source = || server.ok(&acme, "sources/get", json!({}))["source"]["status"].clone();
+    let converged = eventually(Duration::from_secs(60), || source()["appliedCommit"] == large.as_str());
+    assert!(converged, "the next cycle applied the commit (the first answered {answered:?}): {}", source());
+    assert_eq!(source()["state"], "synced");
+    let from_large = revisions(&server, &acme).iter().filter(|revision| revision["source"]["commit"] == large.as_str()).count();
+    assert_eq!(from_large, 1, "the commit was applied once");
+    let exported = server.ok(&acme, "fleet/export", json!({}))["document"]["pools"].as_object().unwrap().len();
+    assert_eq!(exported, 2001, "gpu-a and the large estate's pools");
 }
 
 #[test]

@@ -32,6 +32,11 @@ pub use methods::register;
 /// past its time.
 const POLL: Duration = Duration::from_secs(1);
 
+/// How long a claim on a source's cycle lasts unless its holder renews it, which it does
+/// every third of it while the cycle runs: a replica that died lets another run the
+/// source's next cycle within this long.
+const LEASE: Duration = Duration::from_secs(15);
+
 /// A request to run one tenant's cycle now, or to plan as its source would, and where
 /// its answer goes.
 struct Asked {
@@ -85,27 +90,15 @@ pub struct Runner {
     git: Arc<git::Git>,
     key: Option<Key>,
     wake: Wake,
+    /// Who holds a claim: this process on this host.
     replica: String,
-    /// How long a replica holds a cycle it claimed: past it, another may run it (the
-    /// holder died).
-    claim_for: Duration,
 }
 
 impl Runner {
-    /// The runner of this replica. A claim outlasts any cycle: its git operations (three
-    /// at most on one commit, each within `git_timeout`) and a plan and an apply (each
-    /// within `request_timeout`), and ten seconds more.
-    pub fn new(
-        dispatcher: Arc<Dispatcher>,
-        git: Arc<git::Git>,
-        key: Option<Key>,
-        wake: Wake,
-        (git_timeout, request_timeout): (Duration, Duration),
-    ) -> Runner {
+    pub fn new(dispatcher: Arc<Dispatcher>, git: Arc<git::Git>, key: Option<Key>, wake: Wake) -> Runner {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
         let replica = format!("{}:{}", host.trim(), std::process::id());
-        let claim_for = git_timeout * 3 + request_timeout * 2 + Duration::from_secs(10);
-        Runner { dispatcher, git, key, wake, replica, claim_for }
+        Runner { dispatcher, git, key, wake, replica }
     }
 
     /// Polls for due sources and serves what is asked, until `shutdown` resolves.
@@ -141,8 +134,9 @@ impl Runner {
 
     /// Claims the due sources one at a time and runs each one's cycle.
     fn run_due(&self) -> Result<(), ApiError> {
-        while let Some(tenant) = self.claim(None)? {
-            if let Err(error) = self.cycle(&tenant, &Ask::Due) {
+        while let Some(claimed) = self.claim(None)? {
+            let tenant = claimed.tenant.clone();
+            if let Err(error) = self.cycle(claimed, &Ask::Due) {
                 tracing::error!(%tenant, %error, "a source's cycle failed");
             }
         }
@@ -153,7 +147,10 @@ impl Runner {
     /// runs; the source as it is afterwards.
     pub fn cycle_now(&self, tenant: &str, ask: &Ask) -> Result<Value, ApiError> {
         let mut waited = Duration::ZERO;
-        while self.claim(Some(tenant))?.is_none() {
+        let claimed = loop {
+            if let Some(claimed) = self.claim(Some(tenant))? {
+                break claimed;
+            }
             if source::stored(&self.dispatcher.db().get()?, tenant)?.is_none() {
                 return Err(no_source());
             }
@@ -165,8 +162,8 @@ impl Runner {
             }
             std::thread::sleep(Duration::from_millis(200));
             waited += Duration::from_millis(200);
-        }
-        self.cycle(tenant, ask)?;
+        };
+        self.cycle(claimed, ask)?;
         let stored = source::stored(&self.dispatcher.db().get()?, tenant)?.ok_or_else(no_source)?;
         Ok(serde_json::json!({"source": stored.json()}))
     }
@@ -181,8 +178,17 @@ impl Runner {
         Cycles { git: &self.git, dispatcher: &self.dispatcher, key: self.key.as_ref(), wake: &self.wake }
     }
 
-    /// One claimed cycle; the claim ends with it, the source due again an interval on.
-    fn cycle(&self, tenant: &str, ask: &Ask) -> Result<(), ApiError> {
+    /// One claimed cycle, its claim renewed while it runs; the claim ends with it, the
+    /// source due again an interval on.
+    fn cycle(&self, claimed: Claimed, ask: &Ask) -> Result<(), ApiError> {
+        let renewal = Renewal::start(self.dispatcher.clone(), &claimed.tenant, &self.replica);
+        let ran = self.claimed_cycle(&claimed, ask);
+        drop(renewal);
+        ran
+    }
+
+    fn claimed_cycle(&self, claimed: &Claimed, ask: &Ask) -> Result<(), ApiError> {
+        let tenant = claimed.tenant.as_str();
         let db = self.dispatcher.db().get()?;
         let stored = source::stored(&db, tenant)?;
         drop(db);
@@ -194,23 +200,23 @@ impl Runner {
         // A tenth of the interval of jitter, so that sources put together spread out.
         let jitter = rand::random_range(0..=interval / 10);
         let due = now_ms().saturating_add(interval).saturating_add(jitter);
-        // A hook that came during the cycle (`due_ms` set after the claim) keeps its refresh.
-        let claim = i64::try_from(self.claim_for.as_millis()).unwrap_or(i64::MAX);
+        // A hook, pin or unpin that came during the cycle (`due_ms` set after the claim)
+        // keeps its refresh.
         self.dispatcher.db().get()?.execute(
             "UPDATE sources SET holder = NULL, claimed_until_ms = NULL,
-               due_ms = CASE WHEN due_ms > claimed_until_ms - ?4 AND due_ms < ?3 THEN due_ms ELSE ?3 END
+               due_ms = CASE WHEN due_ms > ?4 AND due_ms < ?3 THEN due_ms ELSE ?3 END
              WHERE tenant = ?1 AND holder = ?2",
-            params![tenant, &self.replica, due, claim],
+            params![tenant, &self.replica, due, claimed.at_ms],
         )?;
         ran
     }
 
-    /// Claims one due source (or `tenant`'s, due or not): one statement, so that of the
-    /// replicas that poll together exactly one claims it.
-    fn claim(&self, tenant: Option<&str>) -> Result<Option<String>, ApiError> {
+    /// Claims one due source (or `tenant`'s, due or not) for a lease: one statement, so
+    /// that of the replicas that poll together exactly one claims it.
+    fn claim(&self, tenant: Option<&str>) -> Result<Option<Claimed>, ApiError> {
         let db = self.dispatcher.db().get()?;
         let now = now_ms();
-        let until = now.saturating_add(i64::try_from(self.claim_for.as_millis()).unwrap_or(i64::MAX));
+        let until = lease_from(now);
         let free = "(claimed_until_ms IS NULL OR claimed_until_ms <= ?2)";
         let sql = match (tenant, db.backend()) {
             (Some(_), _) => format!(
@@ -230,11 +236,65 @@ impl Runner {
                    AND due_ms <= ?2 AND {free} RETURNING tenant"
             ),
         };
-        let claimed = match tenant {
+        let claimed: Option<String> = match tenant {
             Some(tenant) => db.query_opt(&sql, params![&self.replica, now, until, tenant], |row| row.get(0))?,
             None => db.query_opt(&sql, params![&self.replica, now, until], |row| row.get(0))?,
         };
-        Ok(claimed)
+        Ok(claimed.map(|tenant| Claimed { tenant, at_ms: now }))
+    }
+}
+
+/// A source's cycle this replica claimed, and when.
+struct Claimed {
+    tenant: String,
+    at_ms: i64,
+}
+
+/// The end of a lease that begins at `now_ms`.
+fn lease_from(now_ms: i64) -> i64 {
+    now_ms.saturating_add(i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Renews a claim every third of its lease, on a thread of its own, until dropped.
+struct Renewal {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Renewal {
+    fn start(dispatcher: Arc<Dispatcher>, tenant: &str, replica: &str) -> Renewal {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (tenant, replica) = (tenant.to_owned(), replica.to_owned());
+        let renew = move || -> Result<(), ApiError> {
+            dispatcher.db().get()?.execute(
+                "UPDATE sources SET claimed_until_ms = ?3 WHERE tenant = ?1 AND holder = ?2",
+                params![&tenant, &replica, lease_from(now_ms())],
+            )?;
+            Ok(())
+        };
+        let thread = std::thread::Builder::new().name("source-lease".into()).spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(LEASE / 3) {
+                if let Err(error) = renew() {
+                    tracing::warn!(%error, "a source's claim could not be renewed; another replica may take it");
+                }
+            }
+        });
+        match thread {
+            Ok(thread) => Renewal { stop: Some(stop), thread: Some(thread) },
+            Err(error) => {
+                tracing::warn!(%error, "a source's claim is not renewed: no thread for it");
+                Renewal { stop: None, thread: None }
+            }
+        }
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
