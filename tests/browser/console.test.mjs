@@ -6,14 +6,12 @@
 // view go to target/artifacts/console-*.png (docs/console/ keeps a copy).
 
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, afterEach, before, test } from 'node:test';
 
-import { ARTIFACTS, FLEET_BIN, REPO, estate, closePages, launchBrowser, signIn, startServer } from './support.mjs';
+import { ARTIFACTS, FLEET_BIN, estate, closePages, launchBrowser, signIn, startServer, violations } from './support.mjs';
 
-/** axe-core's one-file build, from the page's npm packages (nothing loads from a CDN). */
-const AXE = join(REPO, 'console/node_modules/axe-core/axe.min.js');
 const PLUGIN = join(dirname(FLEET_BIN), 'plugins', 'reservations.wasm');
 
 let server;
@@ -50,15 +48,6 @@ async function go(page, view) {
   await page.waitForFunction((name) => document.body.dataset.view === name, view);
 }
 
-/** The serious and critical violations axe-core finds in the page as it is now. */
-async function violations(page) {
-  // Evaluated by the test (as DevTools would), since the page's own CSP admits no inline script.
-  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(readFileSync(AXE, 'utf8'));
-  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
-  return results.violations
-    .filter((violation) => ['serious', 'critical'].includes(violation.impact))
-    .map((violation) => `${violation.id}: ${violation.help} (${violation.nodes.map((node) => node.target.join(' ')).join(', ')})`);
-}
 
 /** The text of the estate table's visible rows. */
 const rowNames = (page) => page.locator('#estate-body tr:not(.spacer) th a').allTextContents();

@@ -6,14 +6,11 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, afterEach, before, test } from 'node:test';
 
-import { ARTIFACTS, REPO, closePages, estate, launchBrowser, signIn, startServer, tempDir } from './support.mjs';
-
-/** axe-core's one-file build, from the page's npm packages (nothing loads from a CDN). */
-const AXE = join(REPO, 'console/node_modules/axe-core/axe.min.js');
+import { ARTIFACTS, closePages, estate, launchBrowser, signIn, startServer, tempDir, violations } from './support.mjs';
 
 /** `git` without the host's configuration, with a fixed author. */
 const GIT_ENV = {
@@ -60,15 +57,6 @@ after(async () => {
   await server?.stop();
 });
 
-/** The serious and critical violations axe-core finds in the page as it is now. */
-async function violations(page) {
-  // Evaluated by the test (as DevTools would), since the page's own CSP admits no inline script.
-  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(readFileSync(AXE, 'utf8'));
-  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
-  return results.violations
-    .filter((violation) => ['serious', 'critical'].includes(violation.impact))
-    .map((violation) => `${violation.id}: ${violation.help} (${violation.nodes.map((node) => node.target.join(' ')).join(', ')})`);
-}
 
 /** Opens the Source view through the navigation and waits for its state. */
 async function openSource(page) {

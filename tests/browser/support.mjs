@@ -104,6 +104,19 @@ export async function closePages(browser) {
   for (const page of browser?.pages() ?? []) await page.close();
 }
 
+/** axe-core's one-file build, from the page's npm packages (nothing loads from a CDN). */
+const AXE = join(REPO, 'console/node_modules/axe-core/axe.min.js');
+
+/** The serious and critical violations axe-core finds in the page as it is now. */
+export async function violations(page) {
+  // Evaluated by the test (as DevTools would), since the page's own CSP admits no inline script.
+  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(readFileSync(AXE, 'utf8'));
+  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
+  return results.violations
+    .filter((violation) => ['serious', 'critical'].includes(violation.impact))
+    .map((violation) => `${violation.id}: ${violation.help} (${violation.nodes.map((node) => node.target.join(' ')).join(', ')})`);
+}
+
 /**
  * A new page of `browser` signed in to the console of `server` with `token`, at `view`
  * (`#plan` waits for the first plan too). `problems` collects page errors, console

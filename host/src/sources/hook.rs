@@ -27,10 +27,9 @@
 use std::time::{Duration, SystemTime};
 
 use data_encoding::{BASE64, HEXLOWER_PERMISSIVE};
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use hyper::HeaderMap;
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 use super::now_ms;
 use crate::api::{ApiError, Code};
@@ -243,16 +242,11 @@ fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now_ms: i64) -> Option
     None
 }
 
-fn mac(key: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes a key of any length.
-    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC keys any length"))
-}
-
 /// `sha256=` and the hex of HMAC-SHA256 over the body, keyed with the secret's text.
 fn github(secret: &str, signature: &str, body: &[u8]) -> bool {
     let Some(hex) = signature.strip_prefix("sha256=") else { return false };
     let Ok(tag) = HEXLOWER_PERMISSIVE.decode(hex.as_bytes()) else { return false };
-    let mut mac = mac(secret.as_bytes());
+    let mut mac = sign::mac(secret.as_bytes());
     mac.update(body);
     mac.verify_slice(&tag).is_ok()
 }
@@ -263,7 +257,7 @@ fn github(secret: &str, signature: &str, body: &[u8]) -> bool {
 fn same_text(sent: &str, expected: &str) -> bool {
     let key: [u8; 32] = rand::random();
     let tag = |text: &str| {
-        let mut mac = mac(&key);
+        let mut mac = sign::mac(&key);
         mac.update(text.as_bytes());
         mac
     };
@@ -281,9 +275,7 @@ fn standard(secret: &str, [id, timestamp, signatures]: [&str; 3], body: &[u8], n
     if seconds.saturating_sub(now_ms.div_euclid(1000)).saturating_abs() > tolerance {
         return false;
     }
-    let mut signed = mac(&key);
-    signed.update(format!("{id}.{timestamp}.").as_bytes());
-    signed.update(body);
+    let signed = sign::message_mac(&key, id, timestamp, body);
     signatures
         .split(' ')
         .filter_map(|signature| signature.strip_prefix("v1,"))
@@ -322,7 +314,7 @@ mod tests {
     }
 
     fn github_signature(secret: &str, body: &[u8]) -> String {
-        let mut mac = mac(secret.as_bytes());
+        let mut mac = sign::mac(secret.as_bytes());
         mac.update(body);
         format!("sha256={}", data_encoding::HEXLOWER.encode(&mac.finalize().into_bytes()))
     }

@@ -37,11 +37,23 @@ pub fn key(secret: &str) -> Result<Vec<u8>, String> {
 
 /// The `webhook-signature` header's value.
 pub fn signature(key: &[u8], id: &str, timestamp: i64, body: &str) -> String {
-    // HMAC takes a key of any length.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC keys any length"));
-    mac.update(format!("{id}.{timestamp}.").as_bytes());
-    mac.update(body.as_bytes());
+    let mac = message_mac(key, id, &timestamp.to_string(), body.as_bytes());
     format!("v1,{}", BASE64.encode(&mac.finalize().into_bytes()))
+}
+
+/// HMAC-SHA256 over `id.timestamp.body`, as a message is signed: finalized to sign it,
+/// or given the tag sent to verify it in constant time.
+pub fn message_mac(key: &[u8], id: &str, timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = mac(key);
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    mac
+}
+
+/// HMAC-SHA256 keyed with `key`.
+pub fn mac(key: &[u8]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length.
+    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC keys any length"))
 }
 
 #[cfg(test)]
