@@ -143,11 +143,11 @@ impl Cycles<'_> {
         let origin = json!({"repo": source.url, "commit": target, "ref": format!("refs/heads/{}", source.branch),
             "path": source.path});
         let request = json!({"document": merged, "prune": source.prune});
-        let plan: Value = self.call(&caller, "compute.fleet.plan", &request)?;
-        let planned_hash = plan["planHash"].as_str().unwrap_or_default().to_owned();
-        let has_calls = plan["calls"].as_array().is_some_and(|calls| !calls.is_empty());
-        let attempt = |error: Option<&str>| {
-            let mut attempt = json!({"commit": target, "at": db::now(), "planHash": planned_hash});
+        let attempt = |plan_hash: Option<&str>, error: Option<&str>| {
+            let mut attempt = json!({"commit": target, "at": db::now()});
+            if let Some(plan_hash) = plan_hash {
+                attempt["planHash"] = json!(plan_hash);
+            }
             if let Some(error) = error {
                 attempt["error"] = json!(error);
             }
@@ -157,41 +157,47 @@ impl Cycles<'_> {
             Ask::Sync { .. } => Mode::Auto,
             Ask::Due | Ask::Refresh => source.mode,
         };
-        let applying = match mode {
-            Mode::Observe => {
-                status.state = if has_calls { "outOfSync" } else { "synced" }.into();
-                status.last_attempt = Some(attempt(None));
-                return Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(planned_hash) });
+        // `auto` (and `sync`) apply at once: the apply plans in its own transaction and
+        // applies that plan, pinned to a sync's hash if it names one (decision 0033).
+        // `observe` and `propose` need the plan first.
+        let planned = match mode {
+            Mode::Auto => plan_hash,
+            Mode::Observe | Mode::Propose => {
+                let plan: Value = self.call(&caller, "compute.fleet.plan", &request)?;
+                let planned = plan["planHash"].as_str().unwrap_or_default().to_owned();
+                let has_calls = plan["calls"].as_array().is_some_and(|calls| !calls.is_empty());
+                if mode == Mode::Observe {
+                    status.state = if has_calls { "outOfSync" } else { "synced" }.into();
+                    status.last_attempt = Some(attempt(Some(&planned), None));
+                    return Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(planned) });
+                }
+                if has_calls {
+                    return self.propose(source, &caller, status, &request, origin, &target);
+                }
+                Some(planned)
             }
-            Mode::Propose if has_calls => None,
-            Mode::Propose | Mode::Auto => Some(plan_hash.unwrap_or_else(|| planned_hash.clone())),
         };
-        let applied = match applying {
-            Some(plan_hash) => {
-                let mut request = request.clone();
-                request["planHash"] = json!(plan_hash);
-                request["source"] = origin.clone();
-                // Healed by fleet.drift to this revision, with the source's token (§15).
-                request["heal"] = json!(source.heal);
-                self.call(&caller, "compute.fleet.apply", &request).map(Some)
-            }
-            None => Ok(None),
-        };
-        match applied {
-            Ok(Some(answer)) => {
+        let mut applying = request.clone();
+        if let Some(plan_hash) = &planned {
+            applying["planHash"] = json!(plan_hash);
+        }
+        applying["source"] = origin.clone();
+        // Healed by fleet.drift to this revision, with the source's token (§15).
+        applying["heal"] = json!(source.heal);
+        match self.call(&caller, "compute.fleet.apply", &applying) {
+            Ok(answer) => {
+                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
                 status.state = "synced".into();
                 status.applied_commit = Some(target.clone());
                 status.applied_document = Some(document_id);
                 status.applied_revision = self.revision(&source.tenant)?.or(status.applied_revision);
                 status.proposal = None;
-                status.last_attempt = Some(attempt(None));
-                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
+                status.last_attempt = Some(attempt(plan_hash.as_deref(), None));
                 Ok(Ending { status: status.clone(), settled: true, plan_hash })
             }
             // A plan that needs approval goes to reviewers, as in propose.
-            Ok(None) => self.propose(source, &caller, status, &request, origin, &target, &planned_hash),
             Err(Failure::Api(error)) if error.code == Code::ApprovalRequired => {
-                self.propose(source, &caller, status, &request, origin, &target, &planned_hash)
+                self.propose(source, &caller, status, &request, origin, &target)
             }
             Err(Failure::Api(error)) => {
                 let (state, settled) = match error.code {
@@ -205,8 +211,8 @@ impl Cycles<'_> {
                 let why = fleet::refusal(&error);
                 status.state = state.into();
                 status.error = Some(why.clone());
-                status.last_attempt = Some(attempt(Some(&why)));
-                Ok(Ending { status: status.clone(), settled, plan_hash: Some(planned_hash) })
+                status.last_attempt = Some(attempt(planned.as_deref(), Some(&why)));
+                Ok(Ending { status: status.clone(), settled, plan_hash: planned })
             }
             Err(failure) => Err(failure),
         }
@@ -271,8 +277,7 @@ impl Cycles<'_> {
     }
 
     /// Opens a proposal for `target` unless one is open for it already; an open one of an
-    /// older commit of this source is stale.
-    #[allow(clippy::too_many_arguments)]
+    /// older commit of this source is stale. The plan hash told is the proposal's.
     fn propose(
         &self,
         source: &Stored,
@@ -281,7 +286,6 @@ impl Cycles<'_> {
         request: &Value,
         origin: Value,
         target: &str,
-        plan_hash: &str,
     ) -> Result<Ending, Failure> {
         let open = status.proposal.and_then(|number| self.proposal(caller, number).ok().map(|it| (number, it)));
         if let Some((number, proposal)) = &open
@@ -289,7 +293,8 @@ impl Cycles<'_> {
         {
             if proposal["source"]["commit"] == target {
                 status.state = "awaitingApproval".into();
-                return Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(plan_hash.to_owned()) });
+                let plan_hash = proposal["planHash"].as_str().map(str::to_owned);
+                return Ok(Ending { status: status.clone(), settled: true, plan_hash });
             }
             fleet::mark_stale(&self.dispatcher.db().get().map_err(ApiError::from)?, caller, *number)?;
         }
@@ -297,10 +302,11 @@ impl Cycles<'_> {
         let mut proposing = json!({"document": request["document"], "prune": request["prune"], "title": title});
         proposing["source"] = origin;
         let created = self.call(caller, "compute.proposals.create", &proposing)?;
+        let plan_hash = created["proposal"]["planHash"].as_str().map(str::to_owned);
         status.state = "awaitingApproval".into();
         status.proposal = created["proposal"]["number"].as_i64();
         status.last_attempt = Some(json!({"commit": target, "at": db::now(), "planHash": plan_hash}));
-        Ok(Ending { status: status.clone(), settled: true, plan_hash: Some(plan_hash.to_owned()) })
+        Ok(Ending { status: status.clone(), settled: true, plan_hash })
     }
 
     /// Step 0: the source's open proposal, approved since, applied as it was reviewed.
