@@ -8,6 +8,8 @@
 //! proposal `compute.proposals.create`. A cycle runs on a blocking thread; the fetches
 //! it waits for run on the runtime.
 
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{Value, json};
 
 use super::git::{Credential, Git, GitError, Remote};
@@ -163,9 +165,8 @@ impl Cycles<'_> {
         let planned = match mode {
             Mode::Auto => plan_hash,
             Mode::Observe | Mode::Propose => {
-                let plan: Value = self.call(&caller, "compute.fleet.plan", &request)?;
-                let planned = plan["planHash"].as_str().unwrap_or_default().to_owned();
-                let has_calls = plan["calls"].as_array().is_some_and(|calls| !calls.is_empty());
+                let Planned { plan_hash: planned, calls } = self.call(&caller, "compute.fleet.plan", &request)?;
+                let has_calls = !calls.is_empty();
                 if mode == Mode::Observe {
                     status.state = if has_calls { "outOfSync" } else { "synced" }.into();
                     status.last_attempt = Some(attempt(Some(&planned), None));
@@ -177,16 +178,16 @@ impl Cycles<'_> {
                 Some(planned)
             }
         };
-        let mut applying = request.clone();
+        let mut applying = request;
         if let Some(plan_hash) = &planned {
             applying["planHash"] = json!(plan_hash);
         }
         applying["source"] = origin.clone();
         // Healed by fleet.drift to this revision, with the source's token (§15).
         applying["heal"] = json!(source.heal);
-        match self.call(&caller, "compute.fleet.apply", &applying) {
+        match self.call::<Applied>(&caller, "compute.fleet.apply", &applying) {
             Ok(answer) => {
-                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
+                let plan_hash = Some(answer.plan.plan_hash);
                 status.state = "synced".into();
                 status.applied_commit = Some(target.clone());
                 status.applied_document = Some(document_id);
@@ -197,7 +198,7 @@ impl Cycles<'_> {
             }
             // A plan that needs approval goes to reviewers, as in propose.
             Err(Failure::Api(error)) if error.code == Code::ApprovalRequired => {
-                self.propose(source, &caller, status, &request, origin, &target)
+                self.propose(source, &caller, status, &applying, origin, &target)
             }
             Err(Failure::Api(error)) => {
                 let (state, settled) = match error.code {
@@ -267,7 +268,7 @@ impl Cycles<'_> {
         };
         let caller = vouching(&caller, source, commit.as_deref(), signer.as_deref());
         let request = json!({"document": document, "prune": source.prune});
-        let plan = self.call(&caller, "compute.fleet.plan", &request).map_err(refused)?;
+        let plan: Value = self.call(&caller, "compute.fleet.plan", &request).map_err(refused)?;
         let mut answer = json!({"plan": plan, "tenant": source.tenant, "principal": caller.principal,
             "prune": source.prune});
         if let Some(commit) = commit {
@@ -301,7 +302,7 @@ impl Cycles<'_> {
         let title = format!("{} at {}", source.branch, short(target));
         let mut proposing = json!({"document": request["document"], "prune": request["prune"], "title": title});
         proposing["source"] = origin;
-        let created = self.call(caller, "compute.proposals.create", &proposing)?;
+        let created: Value = self.call(caller, "compute.proposals.create", &proposing)?;
         let plan_hash = created["proposal"]["planHash"].as_str().map(str::to_owned);
         status.state = "awaitingApproval".into();
         status.proposal = created["proposal"]["number"].as_i64();
@@ -317,7 +318,7 @@ impl Cycles<'_> {
             return Ok(None);
         }
         let commit = proposal["source"]["commit"].as_str().unwrap_or_default().to_owned();
-        match self.call(caller, "compute.fleet.apply", &json!({"proposal": number})) {
+        match self.call::<Applied>(caller, "compute.fleet.apply", &json!({"proposal": number})) {
             Ok(answer) => {
                 status.state = "synced".into();
                 status.applied_commit = Some(commit.clone());
@@ -325,7 +326,7 @@ impl Cycles<'_> {
                 // The document's id is that of the proposal's commit: read again next cycle.
                 status.applied_document = None;
                 status.proposal = None;
-                let plan_hash = answer["plan"]["planHash"].as_str().map(str::to_owned);
+                let plan_hash = Some(answer.plan.plan_hash);
                 status.last_attempt = Some(json!({"commit": commit, "at": db::now(), "planHash": plan_hash}));
                 Ok(Some(Ending { status: status.clone(), settled: false, plan_hash }))
             }
@@ -349,7 +350,7 @@ impl Cycles<'_> {
     }
 
     fn proposal(&self, caller: &Caller, number: i64) -> Result<Value, Failure> {
-        let answer = self.call(caller, "compute.proposals.get", &json!({"number": number}))?;
+        let answer: Value = self.call(caller, "compute.proposals.get", &json!({"number": number}))?;
         Ok(answer["proposal"].clone())
     }
 
@@ -362,8 +363,9 @@ impl Cycles<'_> {
         }
     }
 
-    /// Runs `method` as `caller`; its answer as JSON.
-    fn call(&self, caller: &Caller, method: &str, body: &Value) -> Result<Value, Failure> {
+    /// Runs `method` as `caller`; its answer as JSON, or as much of it as `T` reads (a
+    /// 10k plan's answer is megabytes, of which a cycle reads the hash).
+    fn call<T: DeserializeOwned>(&self, caller: &Caller, method: &str, body: &Value) -> Result<T, Failure> {
         let output = self.dispatcher.run_named(caller.clone(), method, body.to_string().as_bytes())?;
         Ok(serde_json::from_str(&output).map_err(ApiError::internal)?)
     }
@@ -446,6 +448,26 @@ impl Cycles<'_> {
         let _ = self.wake.send(());
         Ok(status)
     }
+}
+
+/// What a cycle reads of a plan: its hash, and its calls (counted, not kept).
+#[derive(Deserialize)]
+struct Planned {
+    #[serde(rename = "planHash")]
+    plan_hash: String,
+    calls: Vec<IgnoredAny>,
+}
+
+/// What a cycle reads of an apply's answer: its plan's hash.
+#[derive(Deserialize)]
+struct Applied {
+    plan: AppliedPlan,
+}
+
+#[derive(Deserialize)]
+struct AppliedPlan {
+    #[serde(rename = "planHash")]
+    plan_hash: String,
 }
 
 /// `caller` planning for `source`: the policies see `input.source` (SPEC §20.3), the
