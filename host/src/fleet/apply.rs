@@ -111,17 +111,8 @@ impl<'a> Applying<'a> {
         let mut input = Input::new(parse_body(format!(r#"{{"source":{}}}"#, members[position].1.get()).as_bytes())?)?;
         let source = plan_source::take(&mut input, insecure);
         input.finish()?;
-        let mut request = String::with_capacity(body.len());
-        for (index, (name, value)) in members.iter().enumerate() {
-            if index == position {
-                continue;
-            }
-            request.push(if request.is_empty() { '{' } else { ',' });
-            request.push_str(&json!(name).to_string());
-            request.push(':');
-            request.push_str(value.get());
-        }
-        request.push_str(if request.is_empty() { "{}" } else { "}" });
+        let others = members.iter().enumerate().filter(|(index, _)| *index != position);
+        let request = super::request::object_text(others.map(|(_, (name, value))| (name.as_str(), value.get())))?;
         Ok(Applying::Document { request: Cow::Owned(request), source })
     }
 
@@ -229,9 +220,10 @@ fn pass_gate<'a>(
     applying: &'a Applying,
 ) -> Result<Option<Gated<'a>>, ApiError> {
     match applying {
-        Applying::Document { request, .. } => {
-            Ok(Some(Gated { request: super::request::vouched(Cow::Borrowed(request), caller)?, proposal: None }))
-        }
+        Applying::Document { request, .. } => Ok(Some(Gated {
+            request: super::request::with_git_source(Cow::Borrowed(request), caller)?,
+            proposal: None,
+        })),
         Applying::Proposal { number, overrides } => {
             let proposal = proposals::approved(db, &caller.tenant, *number)?;
             authorize_calls(&proposal.plan, caller, methods)?;

@@ -50,10 +50,10 @@ pub(super) fn source_member(source: Option<&str>) -> Result<Option<&RawValue>, A
     source.map(|text| serde_json::from_str(text).map_err(ApiError::internal)).transpose()
 }
 
-/// A client's plan or apply request (a JSON object's text, the apply's own `source`
-/// taken out) for the planner: `input.source` is the host's alone to give, so a
-/// `source` left in it is refused, and a git source's cycle (`caller.git_source`) has
-/// its own added. A body that is no JSON object is the planner's to refuse.
+/// A client's plan request (a JSON object's text) for the planner: `input.source` is
+/// the host's alone to give, so a `source` in it is refused, and a git source's cycle
+/// (`caller.git_source`) has its own added. A body that is no JSON object is the
+/// planner's to refuse.
 pub(super) fn vouched<'a>(request: Cow<'a, str>, caller: &Caller) -> Result<Cow<'a, str>, ApiError> {
     // Only a request that holds the word can name one.
     if caller.git_source.is_none() && !request.contains(r#""source""#) {
@@ -65,19 +65,43 @@ pub(super) fn vouched<'a>(request: Cow<'a, str>, caller: &Caller) -> Result<Cow<
         input.problem("source", "unknown field");
         input.finish()?;
     }
-    let Some(source) = &caller.git_source else { return Ok(request) };
-    let mut text = String::with_capacity(request.len() + source.len() + 16);
-    for (name, value) in &members {
-        text.push(if text.is_empty() { '{' } else { ',' });
+    match with_source_of(&members, caller)? {
+        Some(text) => Ok(Cow::Owned(text)),
+        None => Ok(request),
+    }
+}
+
+/// An apply's request, its own `source` taken out already, with a git source's cycle's
+/// `input.source` added as [`vouched`] adds it; as it is for any other caller.
+pub(super) fn with_git_source<'a>(request: Cow<'a, str>, caller: &Caller) -> Result<Cow<'a, str>, ApiError> {
+    if caller.git_source.is_none() {
+        return Ok(request);
+    }
+    let Ok(members) = input::members(&request) else { return Ok(request) };
+    Ok(with_source_of(&members, caller)?.map_or(request, Cow::Owned))
+}
+
+/// `members` and `caller.git_source` as `source`, written as one object; none without one.
+fn with_source_of(members: &[(String, &RawValue)], caller: &Caller) -> Result<Option<String>, ApiError> {
+    let Some(source) = &caller.git_source else { return Ok(None) };
+    let members = members.iter().map(|(name, value)| (name.as_str(), value.get()));
+    object_text(members.chain([("source", source.as_str())])).map(Some)
+}
+
+/// A JSON object's text from its members' names and values (each value JSON text as it
+/// came), in their order.
+pub(super) fn object_text<'m>(members: impl IntoIterator<Item = (&'m str, &'m str)>) -> Result<String, ApiError> {
+    let mut text = String::from("{");
+    for (name, value) in members {
+        if text.len() > 1 {
+            text.push(',');
+        }
         text.push_str(&serde_json::to_string(name).map_err(ApiError::internal)?);
         text.push(':');
-        text.push_str(value.get());
+        text.push_str(value);
     }
-    text.push_str(if text.is_empty() { "{" } else { "," });
-    text.push_str(r#""source":"#);
-    text.push_str(source);
     text.push('}');
-    Ok(Cow::Owned(text))
+    Ok(text)
 }
 
 #[cfg(test)]
